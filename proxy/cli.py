@@ -1,0 +1,193 @@
+"""The `pgnl` command: serve, demo, config."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from importlib import resources
+from typing import Any
+
+from proxy import config
+from proxy.embedded import EmbeddedError, EmbeddedPostgres
+from proxy.server import Proxy, Upstream, tls_context
+
+log = logging.getLogger("pgnl")
+
+
+def _split_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise config.ConfigError(
+            f"listen address {listen!r} must be HOST:PORT, e.g. 127.0.0.1:6432"
+        )
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run a coroutine on uvloop where it is installed, on asyncio's own loop otherwise."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:
+        log.info("uvloop is not installed; using asyncio's default event loop")
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())
+
+
+async def _until_stopped() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def _serve_until_stopped(
+    settings: config.Settings, upstream: Upstream, announce: Callable[[str, int], None]
+) -> None:
+    p = settings.proxy
+    proxy = Proxy(
+        upstream,
+        tls=tls_context(p.tls_cert_file, p.tls_key_file),
+        max_clients=p.max_client_connections,
+        connect_timeout=p.connect_timeout_s,
+        startup_timeout=p.startup_timeout_s,
+    )
+    host, port = _split_listen(p.listen)
+    bound = await proxy.listen(host, port)
+    announce(*bound)
+    try:
+        await _until_stopped()
+    finally:
+        log.info("stopping: closing %d client connection(s)", len(proxy.clients))
+        await proxy.close()
+
+
+def cmd_serve(settings: config.Settings) -> int:
+    embedded: EmbeddedPostgres | None = None
+    if settings.proxy.upstream:
+        upstream = Upstream.from_dsn(settings.proxy.upstream)
+    else:
+        embedded = EmbeddedPostgres(settings.embedded)
+        embedded.start()
+        upstream = Upstream("127.0.0.1", embedded.port)
+
+    def announce(host: str, port: int) -> None:
+        log.info("pgnl listening on %s:%d, relaying to %s", host, port, upstream)
+        print(f"listening: {host}:{port}", flush=True)
+
+    try:
+        _run(lambda: _serve_until_stopped(settings, upstream, announce))
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    return 0
+
+
+def load_sample(embedded: EmbeddedPostgres, database: str) -> None:
+    """Create the demo database and load the sample into it, unless it is there already."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(embedded.dsn(), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    with psycopg.connect(embedded.dsn(database)) as conn:
+        loaded = conn.execute("SELECT to_regclass('public.enrollments')").fetchone()
+        if loaded and loaded[0] is not None:
+            return
+        log.info("loading the sample database into %s", database)
+        script = resources.files("proxy.demo").joinpath("sample.sql").read_text()
+        conn.execute(script.encode())
+
+
+def cmd_demo(settings: config.Settings) -> int:
+    embedded = EmbeddedPostgres(settings.embedded)
+    embedded.start()
+    try:
+        load_sample(embedded, settings.demo.database)
+        upstream = Upstream("127.0.0.1", embedded.port)
+        e = settings.embedded
+
+        def announce(host: str, port: int) -> None:
+            print(
+                f"ready: postgresql://{e.user}:{e.password}@{host}:{port}/{settings.demo.database}",
+                flush=True,
+            )
+
+        _run(lambda: _serve_until_stopped(settings, upstream, announce))
+    finally:
+        embedded.stop()
+    return 0
+
+
+def cmd_config(settings: config.Settings) -> int:
+    sys.stdout.write(config.example_toml())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pgnl", description="Natural-language questions for PostgreSQL, through a proxy."
+    )
+    parser.add_argument("--config", help="TOML settings file (default: $PGNL_CONFIG, ./pgnl.toml)")
+    parser.add_argument("--log-level", help="debug, info, warning or error")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the proxy in front of a PostgreSQL server")
+    serve.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:6432)")
+    serve.add_argument("--upstream", help="DSN of the server to relay to (default: embedded)")
+    serve.add_argument("--tls-cert", dest="tls_cert_file", help="PEM certificate for client TLS")
+    serve.add_argument("--tls-key", dest="tls_key_file", help="PEM key for client TLS")
+    serve.add_argument("--max-client-connections", type=int)
+
+    demo = commands.add_parser(
+        "demo", help="embedded PostgreSQL + sample database + proxy, until Ctrl-C"
+    )
+    demo.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:6432)")
+
+    commands.add_parser("config", help="print every setting with its documentation and default")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    proxy_flags = {
+        key: value
+        for key in ("listen", "upstream", "tls_cert_file", "tls_key_file", "max_client_connections")
+        if (value := getattr(args, key, None)) is not None
+    }
+    overrides: dict[str, dict[str, object]] = {"proxy": proxy_flags}
+    if args.log_level:
+        overrides["log"] = {"level": args.log_level}
+    try:
+        settings = config.load(args.config, overrides=overrides)
+    except config.ConfigError as exc:
+        print(f"pgnl: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=getattr(logging, settings.log.level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    handlers = {"serve": cmd_serve, "demo": cmd_demo, "config": cmd_config}
+    try:
+        return handlers[args.command](settings)
+    except (EmbeddedError, config.ConfigError, ValueError, OSError) as exc:
+        print(f"pgnl: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())

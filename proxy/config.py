@@ -1,0 +1,249 @@
+"""Settings: defaults, then a TOML file, then `PGNL_<SECTION>_<KEY>` environment variables, then
+command-line flags. Every setting is declared once here, with its documentation; `pgnl config`
+prints the documented example file (`pgnl.example.toml` is that output).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONFIG_FILE = "pgnl.toml"
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names it and says how to fix it."""
+
+
+def _doc(text: str) -> dict[str, str]:
+    return {"doc": text}
+
+
+@dataclass
+class ProxySettings:
+    listen: str = field(
+        default="127.0.0.1:6432",
+        metadata=_doc("Address the proxy listens on, HOST:PORT."),
+    )
+    upstream: str = field(
+        default="",
+        metadata=_doc(
+            "PostgreSQL server to relay to, as a libpq connection string or URI (only host and "
+            "port are used; clients bring their own user, database and password). Empty: start "
+            "the embedded PostgreSQL ([embedded]) and relay to it."
+        ),
+    )
+    max_client_connections: int = field(
+        default=1000,
+        metadata=_doc("Client connections accepted at once; more are refused with SQLSTATE 53300."),
+    )
+    connect_timeout_s: float = field(
+        default=10.0,
+        metadata=_doc("Seconds to wait for the upstream server to accept a connection."),
+    )
+    startup_timeout_s: float = field(
+        default=60.0,
+        metadata=_doc(
+            "Seconds a client may take from connecting to being authenticated "
+            "(PostgreSQL's authentication_timeout)."
+        ),
+    )
+    tls_cert_file: str = field(
+        default="",
+        metadata=_doc(
+            "PEM certificate (chain) for TLS with clients. Empty: the proxy answers SSLRequest "
+            "with 'N' and clients connect in clear."
+        ),
+    )
+    tls_key_file: str = field(default="", metadata=_doc("PEM private key of tls_cert_file."))
+
+
+@dataclass
+class EmbeddedSettings:
+    data_dir: str = field(
+        default="",
+        metadata=_doc(
+            "Data directory of the embedded PostgreSQL. Empty: ~/.local/share/pgnl/postgres, or "
+            "/var/lib/pgnl/data when run as root. When run as root it must be a place the "
+            "system_user account can reach."
+        ),
+    )
+    port: int = field(
+        default=5433, metadata=_doc("TCP port of the embedded PostgreSQL (127.0.0.1).")
+    )
+    user: str = field(
+        default="postgres", metadata=_doc("Superuser created in the embedded PostgreSQL.")
+    )
+    password: str = field(
+        default="pgnl",
+        metadata=_doc("Password of that superuser (SCRAM-SHA-256). Set PGNL_EMBEDDED_PASSWORD."),
+    )
+    system_user: str = field(
+        default="pgnl",
+        metadata=_doc(
+            "Operating-system account that runs PostgreSQL when pgnl runs as root (PostgreSQL "
+            "refuses to run as root). Created as a system account if missing."
+        ),
+    )
+    instance: str = field(
+        default="pgnl", metadata=_doc("Instance name, to tell several embedded servers apart.")
+    )
+
+
+@dataclass
+class DemoSettings:
+    database: str = field(
+        default="pgnl_demo",
+        metadata=_doc("Database `pgnl demo` creates and loads the sample into."),
+    )
+
+
+@dataclass
+class LogSettings:
+    level: str = field(
+        default="info", metadata=_doc("Log level: debug, info, warning or error (to stderr).")
+    )
+
+
+@dataclass
+class Settings:
+    proxy: ProxySettings = field(default_factory=ProxySettings)
+    embedded: EmbeddedSettings = field(default_factory=EmbeddedSettings)
+    demo: DemoSettings = field(default_factory=DemoSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+
+
+def _sections(settings: Settings) -> dict[str, Any]:
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+
+
+def _coerce(section: str, key: str, kind: type, raw: object) -> object:
+    where = f"[{section}] {key}"
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in {
+            "1",
+            "true",
+            "yes",
+            "on",
+            "0",
+            "false",
+            "no",
+            "off",
+        }:
+            return raw.lower() in {"1", "true", "yes", "on"}
+        raise ConfigError(f"{where} must be true or false, not {raw!r}")
+    if kind is int:
+        if isinstance(raw, bool):
+            raise ConfigError(f"{where} must be an integer, not {raw!r}")
+        try:
+            return int(str(raw))
+        except ValueError:
+            raise ConfigError(f"{where} must be an integer, not {raw!r}") from None
+    if kind is float:
+        try:
+            return float(str(raw))
+        except ValueError:
+            raise ConfigError(f"{where} must be a number, not {raw!r}") from None
+    if not isinstance(raw, str):
+        raise ConfigError(f"{where} must be a string, not {raw!r}")
+    return raw
+
+
+def _field_types(section_obj: object) -> dict[str, type]:
+    hints = {"str": str, "int": int, "float": float, "bool": bool}
+    return {f.name: hints[str(f.type)] for f in dataclasses.fields(section_obj)}  # type: ignore[arg-type]
+
+
+def _apply(settings: Settings, values: dict[str, dict[str, object]], origin: str) -> None:
+    sections = _sections(settings)
+    for section, entries in values.items():
+        if section not in sections:
+            raise ConfigError(
+                f"{origin}: unknown section [{section}]; known: {', '.join(sections)}"
+            )
+        if not isinstance(entries, dict):
+            raise ConfigError(f"{origin}: [{section}] must be a table")
+        target = sections[section]
+        types = _field_types(target)
+        for key, raw in entries.items():
+            if key not in types:
+                raise ConfigError(
+                    f"{origin}: unknown setting [{section}] {key}; see pgnl.example.toml"
+                )
+            setattr(target, key, _coerce(section, key, types[key], raw))
+
+
+def load(
+    path: str | os.PathLike[str] | None = None,
+    environ: dict[str, str] | None = None,
+    overrides: dict[str, dict[str, object]] | None = None,
+) -> Settings:
+    """Settings from defaults, the TOML file, the environment and overrides, in that order.
+
+    The file is `path`, else $PGNL_CONFIG, else ./pgnl.toml when it exists.
+    """
+    env = dict(os.environ) if environ is None else environ
+    settings = Settings()
+    chosen = (
+        path
+        or env.get("PGNL_CONFIG")
+        or (DEFAULT_CONFIG_FILE if Path(DEFAULT_CONFIG_FILE).exists() else None)
+    )
+    if chosen:
+        try:
+            with open(chosen, "rb") as handle:
+                data = tomllib.load(handle)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {chosen} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {chosen} is not valid TOML: {exc}") from None
+        _apply(settings, data, str(chosen))
+    from_env: dict[str, dict[str, object]] = {}
+    for section, obj in _sections(settings).items():
+        for key in _field_types(obj):
+            name = f"PGNL_{section}_{key}".upper()
+            if name in env:
+                from_env.setdefault(section, {})[key] = env[name]
+    _apply(settings, from_env, "environment")
+    if overrides:
+        _apply(settings, overrides, "command line")
+    return settings
+
+
+def example_toml() -> str:
+    """The documented example file: every setting, its documentation and its default."""
+    lines = [
+        "# pgnl configuration. Every setting, with its default.",
+        "# Precedence: defaults < this file < PGNL_<SECTION>_<KEY> environment variables",
+        "# < command-line flags. The file is --config, else $PGNL_CONFIG, else ./pgnl.toml.",
+    ]
+    for section, obj in _sections(Settings()).items():
+        lines += ["", f"[{section}]"]
+        for f in dataclasses.fields(obj):
+            doc = f.metadata.get("doc", "")
+            words = doc.split()
+            line = "#"
+            for word in words:
+                if len(line) + 1 + len(word) > 99:
+                    lines.append(line)
+                    line = "#"
+                line += " " + word
+            lines.append(line)
+            lines.append(f"# env: PGNL_{section}_{f.name}".upper().replace("# ENV:", "# env:"))
+            value = getattr(obj, f.name)
+            lines.append(f"{f.name} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

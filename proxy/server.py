@@ -1,0 +1,324 @@
+"""The asyncio driver: the listener and the two socket pumps. The only module that touches sockets.
+
+Each accepted client gets a `ClientConnection` (an asyncio Protocol) that owns a `Session` and,
+once the client has sent its StartupMessage, one `UpstreamConnection` to the upstream server
+(session mode: one upstream connection a client connection, for its whole life). Bytes go from
+`data_received` straight into the session, and out through `transport.write`; the protocol
+callbacks are the whole hot path. Backpressure: when one side's send buffer fills, reading from
+the other side pauses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from dataclasses import dataclass
+from typing import cast
+
+from proxy.session import CancelKeys, Session
+from proxy.wire import errors
+from proxy.wire.messages import BackendKeyData, CancelRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where the upstream PostgreSQL listens: TCP host and port, or a Unix socket directory."""
+
+    host: str
+    port: int
+
+    @property
+    def is_unix(self) -> bool:
+        return self.host.startswith("/")
+
+    @property
+    def socket_path(self) -> str:
+        return f"{self.host}/.s.PGSQL.{self.port}"
+
+    def __str__(self) -> str:
+        return self.socket_path if self.is_unix else f"{self.host}:{self.port}"
+
+    @classmethod
+    def from_dsn(cls, dsn: str) -> Upstream:
+        """Host and port of a libpq connection string or URI (the rest is the client's)."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            params = conninfo_to_dict(dsn)
+        except Exception as exc:
+            raise ValueError(f"upstream {dsn!r} is not a valid connection string: {exc}") from None
+        host = str(params.get("host") or "127.0.0.1").split(",")[0]
+        port = int(str(params.get("port") or 5432).split(",")[0])
+        return cls(host, port)
+
+
+async def _open(
+    loop: asyncio.AbstractEventLoop, protocol: asyncio.Protocol, upstream: Upstream, limit: float
+) -> None:
+    if upstream.is_unix:
+        coro = loop.create_unix_connection(lambda: protocol, upstream.socket_path)
+    else:
+        coro = loop.create_connection(lambda: protocol, upstream.host, upstream.port)
+    await asyncio.wait_for(coro, limit)
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """The upstream side of one client connection."""
+
+    def __init__(self, client: ClientConnection) -> None:
+        self.client = client
+        self.session = client.session
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.session.server_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.session.upstream_closed()
+
+    def pause_writing(self) -> None:
+        self.client.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.client.resume_reading()
+
+
+class ClientConnection(asyncio.Protocol):
+    """One client socket, its session, and the upstream connection opened for it."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        self.loop = proxy.loop
+        self.transport: asyncio.Transport | None = None
+        self.upstream: UpstreamConnection | None = None
+        self.session: Session
+        self._startup_timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------ asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        proxy = self.proxy
+        refuse = None
+        if len(proxy.clients) >= proxy.max_clients:
+            refuse = errors.too_many_connections(proxy.max_clients)
+        proxy.clients.add(self)
+        self.session = Session(
+            self, proxy.cancel_keys, tls_available=proxy.tls is not None, refuse_with=refuse
+        )
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._startup_timer = self.loop.call_later(proxy.startup_timeout, self._startup_expired)
+
+    def data_received(self, data: bytes) -> None:
+        self.session.client_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.proxy.clients.discard(self)
+        if self._startup_timer is not None:
+            self._startup_timer.cancel()
+        self.session.client_closed()
+
+    def pause_writing(self) -> None:
+        upstream = self.upstream
+        if upstream is not None and upstream.transport is not None:
+            upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        upstream = self.upstream
+        if upstream is not None and upstream.transport is not None:
+            upstream.transport.resume_reading()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
+
+    # ------------------------------------------------------------ SessionIO
+
+    def send_client(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def send_server(self, data: bytes) -> None:
+        upstream = self.upstream
+        if upstream is not None and upstream.transport is not None:
+            upstream.transport.write(data)
+
+    def start_client_tls(self) -> None:
+        assert self.transport is not None
+        self.transport.pause_reading()
+        self._spawn(self._start_tls())
+
+    def connect_upstream(self) -> None:
+        self._spawn(self._connect_upstream())
+
+    def send_cancel(self, key: BackendKeyData) -> None:
+        self.proxy.spawn(self.proxy.send_cancel(key))
+
+    def close(self) -> None:
+        if self._startup_timer is not None:
+            self._startup_timer.cancel()
+            self._startup_timer = None
+        if self.transport is not None:
+            self.transport.close()
+        upstream = self.upstream
+        if upstream is not None and upstream.transport is not None:
+            upstream.transport.close()
+        for task in self._tasks:
+            task.cancel()
+
+    # ------------------------------------------------------------ work off the hot path
+
+    def _spawn(self, coro: object) -> None:
+        task: asyncio.Task[None] = self.loop.create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _start_tls(self) -> None:
+        tls = self.proxy.tls
+        assert tls is not None and self.transport is not None
+        try:
+            transport = await self.loop.start_tls(self.transport, self, tls, server_side=True)
+        except (OSError, ssl.SSLError, ConnectionError) as exc:
+            log.info("TLS handshake with a client failed: %s", exc)
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        if transport is None:
+            return
+        self.transport = cast(asyncio.Transport, transport)
+        self.session.tls_established()
+
+    async def _connect_upstream(self) -> None:
+        target = self.proxy.upstream
+        upstream = UpstreamConnection(self)
+        self.upstream = upstream
+        try:
+            await _open(self.loop, upstream, target, self.proxy.connect_timeout)
+        except TimeoutError:
+            self.session.upstream_failed(str(target), "timed out")
+            return
+        except OSError as exc:
+            self.session.upstream_failed(str(target), exc.strerror or str(exc))
+            return
+        self.session.upstream_connected()
+
+    def _startup_expired(self) -> None:
+        self._startup_timer = None
+        if self.session.phase.value not in ("ready", "closed"):
+            log.info("client did not finish authenticating in time; closing")
+            self.session.client_closed()
+
+
+class Proxy:
+    """The listener and what its connections share: cancel keys, limits, TLS, the upstream."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        *,
+        tls: ssl.SSLContext | None = None,
+        max_clients: int = 1000,
+        connect_timeout: float = 10.0,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        self.upstream = upstream
+        self.tls = tls
+        self.max_clients = max_clients
+        self.connect_timeout = connect_timeout
+        self.startup_timeout = startup_timeout
+        self.cancel_keys = CancelKeys()
+        self.clients: set[ClientConnection] = set()
+        self.loop = asyncio.get_running_loop()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def listen(self, host: str, port: int) -> tuple[str, int]:
+        """Start accepting clients; returns the address bound (port 0 picks a free one)."""
+        try:
+            self._server = await self.loop.create_server(
+                lambda: ClientConnection(self), host, port, reuse_address=True, backlog=1024
+            )
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"pgnl cannot listen on {host}:{port}: {exc.strerror}; "
+                "choose another address with --listen or [proxy] listen",
+            ) from None
+        bound = self._server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
+
+    def spawn(self, coro: object) -> None:
+        task: asyncio.Task[None] = self.loop.create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def send_cancel(self, key: BackendKeyData) -> None:
+        """Deliver a CancelRequest to the upstream server on a connection of its own."""
+        request = CancelRequest(key.pid, key.secret).encode()
+        try:
+            reader, writer = await asyncio.wait_for(self._open_raw(), self.connect_timeout)
+        except (OSError, TimeoutError) as exc:
+            log.warning("could not deliver a cancel request to %s: %s", self.upstream, exc)
+            return
+        writer.write(request)
+        with contextlib.suppress(OSError, TimeoutError):
+            await writer.drain()
+            # The server closes the connection once it has handled the request.
+            await asyncio.wait_for(reader.read(), self.connect_timeout)
+        writer.close()
+
+    async def _open_raw(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.upstream.is_unix:
+            return await asyncio.open_unix_connection(self.upstream.socket_path)
+        return await asyncio.open_connection(self.upstream.host, self.upstream.port)
+
+    async def close(self) -> None:
+        """Stop accepting, tell each connected client why, and close every connection."""
+        if self._server is not None:
+            self._server.close()
+        goodbye = errors.shutting_down()
+        for client in list(self.clients):
+            session = client.session
+            if session.phase.value == "ready" and session.transaction_status == "I":
+                client.send_client(goodbye.encode())
+            client.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext | None:
+    """A server-side TLS context from PEM files; None when no certificate is configured."""
+    if not cert_file:
+        return None
+    if not key_file:
+        raise ValueError("[proxy] tls_cert_file is set but tls_key_file is not; set both")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(
+            f"cannot load TLS certificate {cert_file} / key {key_file}: {exc}"
+        ) from None
+    return context
