@@ -1,0 +1,1 @@
+pytest_plugins = ["tests.fix_pg", "tests.fix_proxy"]
