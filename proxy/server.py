@@ -205,7 +205,7 @@ class ClientConnection(asyncio.Protocol):
             return
         if transport is None:
             return
-        self.transport = cast(asyncio.Transport, transport)
+        self.transport = transport
         self.session.tls_established()
 
     async def _connect_upstream(self) -> None:

@@ -1,0 +1,84 @@
+"""`pgnl demo`, the README's main command: embedded PostgreSQL, sample database, proxy, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fix_pg import free_port
+
+
+@pytest.fixture
+def demo_env() -> Iterator[dict[str, str]]:
+    base = Path(tempfile.mkdtemp(prefix="pgnl-demo-"))
+    base.chmod(0o755)
+    env = {
+        **os.environ,
+        "PGNL_EMBEDDED_DATA_DIR": str(base / "data"),
+        "PGNL_EMBEDDED_PORT": str(free_port()),
+        "PGNL_EMBEDDED_INSTANCE": f"pgnl-demo-test-{os.getpid()}",
+        "PGNL_PROXY_LISTEN": f"127.0.0.1:{free_port()}",
+    }
+    yield env
+    subprocess.run([sys.executable, "-c", (
+        "from proxy.config import load; from proxy.embedded import EmbeddedPostgres; "
+        "EmbeddedPostgres(load(environ=__import__('os').environ).embedded).drop()"
+    )], env=env, check=False, capture_output=True)
+    subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, str]) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "demo"], env=demo_env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("ready: postgresql://"), line
+        dsn = line.removeprefix("ready: ").strip()
+        result = subprocess.run(
+            ["psql", "-X", "-At", dsn, "-c",
+             "SELECT c.title FROM enrollments e JOIN students s ON s.id = e.student_id "
+             "JOIN courses c ON c.id = e.course_id "
+             "WHERE s.first_name = 'Timmy' AND s.last_name = 'Ward' ORDER BY e.score DESC LIMIT 1"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "Calculus I"
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+        postgres_port = int(demo_env["PGNL_EMBEDDED_PORT"])
+        proxy_port = int(demo_env["PGNL_PROXY_LISTEN"].rpartition(":")[2])
+        assert not port_open(proxy_port) and not port_open(postgres_port)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_taken_port_is_a_clear_error(demo_env: dict[str, str]) -> None:
+    with socket.create_server(("127.0.0.1", int(demo_env["PGNL_EMBEDDED_PORT"]))):
+        result = subprocess.run(
+            [sys.executable, "-m", "proxy", "demo"], env=demo_env,
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+    assert result.returncode == 1
+    assert "is already in use" in result.stderr and "PGNL_EMBEDDED_PORT" in result.stderr
+    assert "Traceback" not in result.stderr
