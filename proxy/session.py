@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 _TERMINATE = ord("X")
 _ERROR = ord("E")
+_TLS_HANDSHAKE = 0x16  # first byte of a TLS ClientHello record
 
 
 class Phase(enum.Enum):
@@ -221,6 +222,9 @@ class Session:
 
     def _read_startup(self) -> None:
         reader = self._startup_reader
+        if reader.first_byte == _TLS_HANDSHAKE and not self._tls_done:
+            self._fail(errors.direct_tls_unsupported())
+            return
         while self.phase is Phase.STARTUP:
             try:
                 packet = reader.next_packet()

@@ -47,7 +47,9 @@ class Postgres:
     server: EmbeddedPostgres
     port: int
 
-    def dsn(self, user: str = "postgres", password: str | None = None, dbname: str = TEST_DB) -> str:
+    def dsn(
+        self, user: str = "postgres", password: str | None = None, dbname: str = TEST_DB
+    ) -> str:
         if password is None:
             password = "pgnl" if user == "postgres" else ROLES[user][0]
         return self.server.dsn(dbname, user=user, password=password)
@@ -68,7 +70,7 @@ def postgres() -> Iterator[Postgres]:
     server.start({"fsync": "off", "max_connections": "300", "log_min_messages": "warning"})
     try:
         hba = [f"host all {role} 127.0.0.1/32 {method}" for role, (_, method) in ROLES.items()]
-        server.set_hba(hba + ["host all all 127.0.0.1/32 scram-sha-256"])
+        server.set_hba([*hba, "host all all 127.0.0.1/32 scram-sha-256"])
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {TEST_DB}")
             for role, (password, method) in ROLES.items():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fix_pg import TEST_DB, ROLES, Postgres
+from tests.fix_pg import ROLES, TEST_DB, Postgres
 
 
 @dataclass
@@ -25,13 +25,20 @@ class RunningProxy:
     log: list[str] = field(default_factory=list)
     drain: threading.Thread | None = None
 
-    def dsn(self, user: str = "postgres", password: str | None = None, dbname: str = TEST_DB,
-            **params: str) -> str:
+    def dsn(
+        self,
+        user: str = "postgres",
+        password: str | None = None,
+        dbname: str = TEST_DB,
+        **params: str,
+    ) -> str:
         if password is None:
             password = "pgnl" if user == "postgres" else ROLES[user][0]
         auth = f"{user}:{password}@" if password else f"{user}@"
         query = "&".join(f"{k}={v}" for k, v in params.items())
-        return f"postgresql://{auth}{self.host}:{self.port}/{dbname}" + (f"?{query}" if query else "")
+        return f"postgresql://{auth}{self.host}:{self.port}/{dbname}" + (
+            f"?{query}" if query else ""
+        )
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -59,10 +66,22 @@ class RunningProxy:
 def start_proxy(upstream_port: int, *extra: str, env: dict[str, str] | None = None) -> RunningProxy:
     """Start `pgnl serve` on a free port and wait for its `listening:` line."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "--log-level", "info", "serve",
-         "--listen", "127.0.0.1:0", "--upstream", f"postgresql://127.0.0.1:{upstream_port}",
-         *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "proxy",
+            "--log-level",
+            "info",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            f"postgresql://127.0.0.1:{upstream_port}",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, **(env or {})},
     )
     assert process.stdout is not None and process.stderr is not None

@@ -84,13 +84,13 @@ def too_many_connections(limit: int) -> ErrorResponse:
     )
 
 
-def tls_not_configured() -> ErrorResponse:
-    """A TLS handshake arrived where the proxy has no certificate (08P01)."""
+def direct_tls_unsupported() -> ErrorResponse:
+    """A TLS handshake arrived with no SSLRequest before it (sslnegotiation=direct) (08P01)."""
     return _fatal(
         PROTOCOL_VIOLATION,
-        "pgnl has no TLS certificate configured",
-        hint="Connect with sslmode=disable or prefer, or set [proxy] tls_cert_file and "
-        "tls_key_file.",
+        "pgnl does not accept direct TLS connections",
+        hint="Connect with sslnegotiation=postgres (the default): the client asks for TLS with "
+        "an SSLRequest first.",
     )
 
 

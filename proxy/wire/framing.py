@@ -28,13 +28,16 @@ _unpack_u32 = _U32.unpack_from
 class StartupReader:
     """Accumulates one untyped startup-phase packet at a time."""
 
-    __slots__ = ("_buffer", "max_length")
+    __slots__ = ("_buffer", "first_byte", "max_length")
 
     def __init__(self, max_length: int = MAX_STARTUP_PACKET) -> None:
         self._buffer = bytearray()
+        self.first_byte = -1  # the connection's very first byte, once it has come
         self.max_length = max_length
 
     def feed(self, data: bytes) -> None:
+        if self.first_byte < 0 and data:
+            self.first_byte = data[0]
         self._buffer += data
 
     def next_packet(self) -> bytes | None:

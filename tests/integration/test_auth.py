@@ -43,8 +43,10 @@ def test_scram_never_offers_channel_binding(proxy: RunningProxy) -> None:
 
 def test_password_hashes_stay_where_they_were(proxy: RunningProxy) -> None:
     with psycopg.connect(proxy.dsn(), autocommit=True) as conn:
-        rows = dict(conn.execute(
-            "SELECT rolname, left(rolpassword, 6) FROM pg_authid WHERE rolname LIKE '%_user'"
-        ).fetchall())
+        rows: dict[str, str] = dict(
+            conn.execute(
+                "SELECT rolname, left(rolpassword, 6) FROM pg_authid WHERE rolname LIKE '%_user'"
+            ).fetchall()
+        )
     assert rows["md5_user"].startswith("md5")
     assert rows["scram_user"].startswith("SCRAM-")

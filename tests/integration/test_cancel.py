@@ -12,9 +12,10 @@ from tests.fix_proxy import RunningProxy
 
 
 def test_cancel_of_a_long_query_returns_within_a_second(proxy: RunningProxy) -> None:
-    with psycopg.connect(proxy.dsn(), autocommit=True) as victim, psycopg.connect(
-        proxy.dsn(), autocommit=True
-    ) as bystander:
+    with (
+        psycopg.connect(proxy.dsn(), autocommit=True) as victim,
+        psycopg.connect(proxy.dsn(), autocommit=True) as bystander,
+    ):
         bystander.execute("SELECT 1")
         timer = threading.Timer(0.3, victim.cancel)
         timer.start()
@@ -30,9 +31,10 @@ def test_cancel_of_a_long_query_returns_within_a_second(proxy: RunningProxy) -> 
 
 
 def test_cancel_reaches_only_its_own_backend(proxy: RunningProxy) -> None:
-    with psycopg.connect(proxy.dsn(), autocommit=True) as one, psycopg.connect(
-        proxy.dsn(), autocommit=True
-    ) as two:
+    with (
+        psycopg.connect(proxy.dsn(), autocommit=True) as one,
+        psycopg.connect(proxy.dsn(), autocommit=True) as two,
+    ):
         results: dict[str, object] = {}
 
         def run_two() -> None:

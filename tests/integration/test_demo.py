@@ -28,10 +28,19 @@ def demo_env() -> Iterator[dict[str, str]]:
         "PGNL_PROXY_LISTEN": f"127.0.0.1:{free_port()}",
     }
     yield env
-    subprocess.run([sys.executable, "-c", (
-        "from proxy.config import load; from proxy.embedded import EmbeddedPostgres; "
-        "EmbeddedPostgres(load(environ=__import__('os').environ).embedded).drop()"
-    )], env=env, check=False, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "from proxy.config import load; from proxy.embedded import EmbeddedPostgres; "
+                "EmbeddedPostgres(load(environ=__import__('os').environ).embedded).drop()"
+            ),
+        ],
+        env=env,
+        check=False,
+        capture_output=True,
+    )
     subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
@@ -42,8 +51,11 @@ def port_open(port: int) -> bool:
 
 def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, str]) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "demo"], env=demo_env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "proxy", "demo"],
+        env=demo_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stdout is not None
@@ -51,11 +63,21 @@ def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, s
         assert line.startswith("ready: postgresql://"), line
         dsn = line.removeprefix("ready: ").strip()
         result = subprocess.run(
-            ["psql", "-X", "-At", dsn, "-c",
-             "SELECT c.title FROM enrollments e JOIN students s ON s.id = e.student_id "
-             "JOIN courses c ON c.id = e.course_id "
-             "WHERE s.first_name = 'Timmy' AND s.last_name = 'Ward' ORDER BY e.score DESC LIMIT 1"],
-            capture_output=True, text=True, timeout=30, check=False,
+            [
+                "psql",
+                "-X",
+                "-At",
+                dsn,
+                "-c",
+                "SELECT c.title FROM enrollments e JOIN students s ON s.id = e.student_id "
+                "JOIN courses c ON c.id = e.course_id "
+                "WHERE s.first_name = 'Timmy' AND s.last_name = 'Ward' "
+                "ORDER BY e.score DESC LIMIT 1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "Calculus I"
@@ -76,8 +98,12 @@ def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, s
 def test_taken_port_is_a_clear_error(demo_env: dict[str, str]) -> None:
     with socket.create_server(("127.0.0.1", int(demo_env["PGNL_EMBEDDED_PORT"]))):
         result = subprocess.run(
-            [sys.executable, "-m", "proxy", "demo"], env=demo_env,
-            capture_output=True, text=True, timeout=60, check=False,
+            [sys.executable, "-m", "proxy", "demo"],
+            env=demo_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     assert result.returncode == 1
     assert "is already in use" in result.stderr and "PGNL_EMBEDDED_PORT" in result.stderr

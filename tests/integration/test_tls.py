@@ -36,7 +36,9 @@ def tls_proxy(
     return make_proxy("--tls-cert", str(cert), "--tls-key", str(key))
 
 
-def test_verified_tls_connection(tls_proxy: RunningProxy, certificate: tuple[Path, Path, Path]) -> None:
+def test_verified_tls_connection(
+    tls_proxy: RunningProxy, certificate: tuple[Path, Path, Path]
+) -> None:
     ca = certificate[0]
     dsn = tls_proxy.dsn(user="scram_user", sslmode="verify-full", sslrootcert=str(ca))
     with psycopg.connect(dsn.replace("127.0.0.1", "localhost"), autocommit=True) as conn:
@@ -68,7 +70,7 @@ def test_no_certificate_means_plain_connections(proxy: RunningProxy) -> None:
 
 
 def test_data_pipelined_after_ssl_request_is_refused(tls_proxy: RunningProxy) -> None:
-    """Bytes sent in clear behind an SSLRequest must not be read as if encrypted (CVE-2021-23214)."""
+    """Bytes sent in clear behind an SSLRequest must not pass as encrypted (CVE-2021-23214)."""
     with socket.create_connection((tls_proxy.host, tls_proxy.port), timeout=5) as sock:
         sock.sendall(struct.pack("!ii", 8, 80877103) + b"Q\x00\x00\x00\x0dSELECT 1\x00")
         reply = sock.recv(1024)

@@ -69,11 +69,15 @@ def link(postgres: Postgres) -> Iterator[Link]:
 
 
 def test_backend_terminated_mid_query(proxy: RunningProxy, postgres: Postgres) -> None:
-    with psycopg.connect(proxy.dsn(), autocommit=True) as victim, psycopg.connect(
-        proxy.dsn(), autocommit=True
-    ) as bystander, postgres.connect() as admin:
+    with (
+        psycopg.connect(proxy.dsn(), autocommit=True) as victim,
+        psycopg.connect(proxy.dsn(), autocommit=True) as bystander,
+        postgres.connect() as admin,
+    ):
         pid = victim.info.backend_pid
-        threading.Timer(0.3, lambda: admin.execute("SELECT pg_terminate_backend(%s)", [pid])).start()
+        threading.Timer(
+            0.3, lambda: admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        ).start()
         with pytest.raises(psycopg.OperationalError) as caught:
             victim.execute("SELECT pg_sleep(10)")
         assert caught.value.sqlstate == "57P01"  # PostgreSQL's own FATAL, relayed as it came
@@ -104,9 +108,10 @@ def test_link_lost_leaves_other_proxy_clients_alone(
     proxy: RunningProxy, make_proxy: Callable[..., RunningProxy], link: Link
 ) -> None:
     pgnl = make_proxy(upstream_port=link.port)
-    with psycopg.connect(proxy.dsn(), autocommit=True) as other, psycopg.connect(
-        pgnl.dsn(), autocommit=True
-    ) as victim:
+    with (
+        psycopg.connect(proxy.dsn(), autocommit=True) as other,
+        psycopg.connect(pgnl.dsn(), autocommit=True) as victim,
+    ):
         link.cut()
         with pytest.raises(psycopg.OperationalError):
             victim.execute("SELECT 1")

@@ -73,7 +73,11 @@ def test_boundary(stream: bytes, boundary: bool) -> None:
 
 @pytest.mark.parametrize(
     "header",
-    [b"Q" + struct.pack("!I", 3), b"Q" + struct.pack("!I", 0), b"d" + struct.pack("!I", 0x7FFFFFFF)],
+    [
+        b"Q" + struct.pack("!I", 3),
+        b"Q" + struct.pack("!I", 0),
+        b"d" + struct.pack("!I", 0x7FFFFFFF),
+    ],
 )
 def test_impossible_lengths_are_rejected_even_when_split(header: bytes) -> None:
     with pytest.raises(DecodeError, match="invalid message length"):

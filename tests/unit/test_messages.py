@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 
@@ -46,7 +47,10 @@ def test_startup_packets_round_trip(message: object) -> None:
         (struct.pack("!ii", 8, 4 << 16), "unsupported frontend protocol 4.0"),
         (struct.pack("!ii", 12, 80877103) + b"junk", "SSLRequest with a body"),
         (struct.pack("!ii", 13, 196608) + b"user\x00", "missing string terminator"),
-        (struct.pack("!ii", 19, 196608) + b"user\x00u\x00\x00junk", "after the .* final terminator"),
+        (
+            struct.pack("!ii", 19, 196608) + b"user\x00u\x00\x00junk",
+            "after the .* final terminator",
+        ),
         (struct.pack("!ii", 15, 196608) + b"user\x00u\x00", "no final terminator"),
         (struct.pack("!ii", 9, 196608) + b"\x00", "no PostgreSQL user name"),
         (struct.pack("!iii", 12, 80877102, 5), "CancelRequest of the wrong length"),
@@ -59,29 +63,29 @@ def test_bad_startup_packets(packet: bytes, complaint: str) -> None:
 
 def test_sasl_mechanisms() -> None:
     offered = AuthenticationSASL(("SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"))
-    (kind, body), = split_messages(offered.encode())
+    ((kind, body),) = split_messages(offered.encode())
     assert kind == b"R" and AuthenticationSASL.decode(body) == offered
     initial = SASLInitialResponse("SCRAM-SHA-256", b"n,,n=,r=abc")
-    (_, body), = split_messages(initial.encode())
+    ((_, body),) = split_messages(initial.encode())
     assert SASLInitialResponse.decode(body) == initial
 
 
 def test_backend_key_data_lengths() -> None:
     key = BackendKeyData(7, b"\xaa" * 32)
-    (_, body), = split_messages(key.encode())
+    ((_, body),) = split_messages(key.encode())
     assert BackendKeyData.decode(body) == key
     with pytest.raises(DecodeError):
         BackendKeyData.decode(b"\x00\x00\x00\x07")
 
 
-BUILDERS = {
+BUILDERS: dict[str, tuple[Callable[[], ErrorResponse], str]] = {
     "protocol_violation": (lambda: errors.protocol_violation("x"), "08P01"),
     "unsupported_protocol": (lambda: errors.unsupported_protocol("x"), "08P01"),
     "upstream_unreachable": (lambda: errors.upstream_unreachable("h:1", "refused"), "08006"),
     "upstream_lost": (errors.upstream_lost, "08006"),
     "channel_binding_refused": (lambda: errors.channel_binding_refused("X-PLUS"), "28000"),
     "too_many_connections": (lambda: errors.too_many_connections(3), "53300"),
-    "tls_not_configured": (errors.tls_not_configured, "08P01"),
+    "direct_tls_unsupported": (errors.direct_tls_unsupported, "08P01"),
     "shutting_down": (errors.shutting_down, "57P01"),
 }
 
@@ -90,7 +94,7 @@ BUILDERS = {
 def test_every_proxy_error_has_sqlstate_and_hint(name: str) -> None:
     build, sqlstate = BUILDERS[name]
     error = build()
-    (kind, body), = split_messages(error.encode())
+    ((kind, body),) = split_messages(error.encode())
     decoded = ErrorResponse.decode(body)
     assert kind == b"E"
     assert decoded.sqlstate == sqlstate
@@ -100,7 +104,8 @@ def test_every_proxy_error_has_sqlstate_and_hint(name: str) -> None:
 
 def test_builders_table_covers_every_builder() -> None:
     public = {
-        name for name in dir(errors)
+        name
+        for name in dir(errors)
         if callable(getattr(errors, name)) and not name.startswith("_") and name.islower()
     }
     assert public == set(BUILDERS)

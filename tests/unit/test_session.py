@@ -138,7 +138,9 @@ def test_a_client_that_picks_plus_anyway_is_refused() -> None:
     session.client_data(STARTUP.encode())
     session.upstream_connected()
     session.server_data(AuthenticationSASL(("SCRAM-SHA-256-PLUS", "SCRAM-SHA-256")).encode())
-    session.client_data(SASLInitialResponse("SCRAM-SHA-256-PLUS", b"p=tls-server-end-point,,").encode())
+    session.client_data(
+        SASLInitialResponse("SCRAM-SHA-256-PLUS", b"p=tls-server-end-point,,").encode()
+    )
     assert io.client_error().sqlstate == "28000"
     assert session.closed
 
@@ -215,9 +217,7 @@ def test_invalid_client_framing_after_startup_is_a_protocol_violation() -> None:
     assert bytes(io.to_server) == b"" and session.closed
 
 
-@pytest.mark.parametrize(
-    ("refusal", "sqlstate"), [(errors.too_many_connections(5), "53300")]
-)
+@pytest.mark.parametrize(("refusal", "sqlstate"), [(errors.too_many_connections(5), "53300")])
 def test_refused_connection_gets_its_error_after_startup(
     refusal: ErrorResponse, sqlstate: str
 ) -> None:
@@ -240,3 +240,10 @@ def test_bad_protocol_version_gets_08p01() -> None:
     session, io = new_session()
     session.client_data(StartupMessage(2 << 16, {"user": "x"}).encode())
     assert io.client_error().sqlstate == "08P01"
+
+
+def test_direct_tls_handshake_is_refused_with_a_hint() -> None:
+    session, io = new_session(tls_available=True)
+    session.client_data(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+    error = io.client_error()
+    assert error.sqlstate == "08P01" and "sslnegotiation" in error.fields["H"]
