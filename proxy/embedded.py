@@ -242,9 +242,9 @@ class EmbeddedPostgres:
         self._started_here = False
 
     def drop(self) -> None:
-        """Stop the server and delete its data directory."""
-        self._run("drop", "--name", self.settings.instance, "--force", check=False)
+        """Stop the server and delete its data directory (whose parent the owner must own)."""
         self._started_here = False
+        self._run("drop", "--name", self.settings.instance, "--force")
 
     def set_hba(self, lines: list[str]) -> None:
         """Replace pg_hba.conf (first match wins) and make the server reload it."""

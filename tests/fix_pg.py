@@ -67,6 +67,9 @@ def postgres() -> Iterator[Postgres]:
         data_dir=str(base / "data"), port=port, instance=f"pgnl-test-{os.getpid()}"
     )
     server = EmbeddedPostgres(settings)
+    # `pg0 drop` runs as the account that runs PostgreSQL and deletes the data directory: the
+    # account must own its parent.
+    server.chown_to_owner(base)
     server.start({"fsync": "off", "max_connections": "300", "log_min_messages": "warning"})
     try:
         hba = [f"host all {role} 127.0.0.1/32 {method}" for role, (_, method) in ROLES.items()]

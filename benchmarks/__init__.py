@@ -1,0 +1,1 @@
+"""Benchmarks: programs that measure, run by hand (`python -m benchmarks.NAME`), not tests."""
