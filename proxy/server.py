@@ -15,6 +15,7 @@ import contextlib
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -67,6 +68,10 @@ async def _open(
     await asyncio.wait_for(coro, limit)
 
 
+def _discard(data: bytes) -> None:
+    """Where writes go while a socket is not (or no longer) connected."""
+
+
 class UpstreamConnection(asyncio.Protocol):
     """The upstream side of one client connection."""
 
@@ -74,18 +79,17 @@ class UpstreamConnection(asyncio.Protocol):
         self.client = client
         self.session = client.session
         self.transport: asyncio.Transport | None = None
+        # Hot path: the event loop calls the session directly (uvloop caches this attribute).
+        self.data_received = client.session.server_data  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        self.session.server_data(data)
+        _no_delay(transport)
+        self.client.send_server = self.transport.write
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.client.send_server = _discard
         self.session.upstream_closed()
 
     def pause_writing(self) -> None:
@@ -93,6 +97,12 @@ class UpstreamConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.client.resume_reading()
+
+
+def _no_delay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class ClientConnection(asyncio.Protocol):
@@ -103,32 +113,33 @@ class ClientConnection(asyncio.Protocol):
         self.loop = proxy.loop
         self.transport: asyncio.Transport | None = None
         self.upstream: UpstreamConnection | None = None
-        self.session: Session
         self._startup_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # SessionIO's two writers are the transports' own `write` while connected: the hot path
+        # goes from the event loop into the session and back out with no frame in between.
+        self.send_client: Callable[[bytes], None] = _discard
+        self.send_server: Callable[[bytes], None] = _discard
+        self.session = Session(self, proxy.cancel_keys, tls_available=proxy.tls is not None)
+        self.data_received = self.session.client_data  # type: ignore[method-assign]
 
     # ------------------------------------------------------------ asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self.send_client = self.transport.write
         proxy = self.proxy
-        refuse = None
         if len(proxy.clients) >= proxy.max_clients:
-            refuse = errors.too_many_connections(proxy.max_clients)
+            self.session.refuse_with = errors.too_many_connections(proxy.max_clients)
         proxy.clients.add(self)
-        self.session = Session(
-            self, proxy.cancel_keys, tls_available=proxy.tls is not None, refuse_with=refuse
-        )
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _no_delay(transport)
         self._startup_timer = self.loop.call_later(proxy.startup_timeout, self._startup_expired)
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes) -> None:  # replaced per instance, see __init__
         self.session.client_data(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.send_client = _discard
         self.proxy.clients.discard(self)
         if self._startup_timer is not None:
             self._startup_timer.cancel()
@@ -152,16 +163,7 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.resume_reading()
 
-    # ------------------------------------------------------------ SessionIO
-
-    def send_client(self, data: bytes) -> None:
-        if self.transport is not None:
-            self.transport.write(data)
-
-    def send_server(self, data: bytes) -> None:
-        upstream = self.upstream
-        if upstream is not None and upstream.transport is not None:
-            upstream.transport.write(data)
+    # ------------------------------------------------------------ SessionIO (and the writers)
 
     def start_client_tls(self) -> None:
         assert self.transport is not None
@@ -206,6 +208,7 @@ class ClientConnection(asyncio.Protocol):
         if transport is None:
             return
         self.transport = transport
+        self.send_client = transport.write
         self.session.tls_established()
 
     async def _connect_upstream(self) -> None:

@@ -56,6 +56,9 @@ class Phase(enum.Enum):
     CLOSED = "closed"
 
 
+_READY = Phase.READY  # the hot path's one comparison, without an attribute lookup
+
+
 class SessionIO(Protocol):
     """What a session asks of the driver that owns its sockets."""
 
@@ -123,7 +126,7 @@ class Session:
         self._tls_available = tls_available
         self._tls_done = False
         self._gss_answered = False
-        self._refuse_with = refuse_with
+        self.refuse_with = refuse_with
         self._startup_reader = StartupReader()
         self._client_reader = MessageReader()
         self._server_reader = MessageReader()
@@ -147,7 +150,7 @@ class Session:
     # ------------------------------------------------------------ events from the driver
 
     def client_data(self, data: bytes) -> None:
-        if self.phase is Phase.READY:
+        if self.phase is _READY:
             try:
                 self._client_frames.feed(data)
             except DecodeError as exc:
@@ -168,7 +171,7 @@ class Session:
             self._fail(errors.protocol_violation("unencrypted data after the SSL handshake began"))
 
     def server_data(self, data: bytes) -> None:
-        if self.phase is Phase.READY:
+        if self.phase is _READY:
             try:
                 self._server_frames.feed(data)
             except DecodeError as exc:
@@ -268,8 +271,8 @@ class Session:
             self.io.start_client_tls()
 
     def _start(self, message: StartupMessage) -> None:
-        if self._refuse_with is not None:
-            self._fail(self._refuse_with)
+        if self.refuse_with is not None:
+            self._fail(self.refuse_with)
             return
         self.startup = message
         self._pending_client = self._startup_reader.take_rest()

@@ -86,6 +86,9 @@ class FrameScanner:
         """Account for one chunk. Raises DecodeError on an impossible message length."""
         n = len(data)
         pos = self._skip
+        if pos >= n and not self._head and self._status_at < 0:
+            self._skip = pos - n  # the chunk lies inside one long message
+            return
         if self._status_at >= 0:
             if self._status_at < n:
                 self.status = data[self._status_at]
@@ -107,19 +110,26 @@ class FrameScanner:
             if kind == 90:  # "Z"
                 self._note_status(data, need)
             pos = need + length - 4
+        limit = self.max_length
+        unpack = _unpack_u32
+        kind = -1
         while pos < n:
             if n - pos < 5:
                 self._head = data[pos:]
-                self._skip = 0
-                return
+                pos = n
+                break
             kind = data[pos]
-            length = _unpack_u32(data, pos + 1)[0]
-            if length < 4 or length > self.max_length:
+            length = unpack(data, pos + 1)[0]
+            if length < 4 or length > limit:
                 raise DecodeError(f"invalid message length {length} for message type {kind!r}")
-            self.last_type = kind
-            if kind == 90:  # "Z"
-                self._note_status(data, pos + 5)
+            if kind == 90:  # "Z": ReadyForQuery, whose one byte is the transaction status
+                if pos + 5 < n:
+                    self.status = data[pos + 5]
+                else:
+                    self._status_at = pos + 5 - n
             pos += 1 + length
+        if kind >= 0:
+            self.last_type = kind
         self._skip = pos - n
 
     def _note_status(self, data: bytes, at: int) -> None:
