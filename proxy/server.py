@@ -165,6 +165,19 @@ class ClientConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------ SessionIO (and the writers)
 
+    def relay(
+        self, from_client: Callable[[bytes], None], from_server: Callable[[bytes], None]
+    ) -> None:
+        # The hot path from now on: the event loop hands each chunk straight to its relay (in C
+        # where it was compiled). uvloop looks `data_received` up once per `set_protocol`.
+        upstream = self.upstream
+        if self.transport is None or upstream is None or upstream.transport is None:
+            return
+        self.data_received = from_client  # type: ignore[method-assign, assignment]
+        self.transport.set_protocol(self)
+        upstream.data_received = from_server  # type: ignore[method-assign, assignment]
+        upstream.transport.set_protocol(upstream)
+
     def start_client_tls(self) -> None:
         assert self.transport is not None
         self.transport.pause_reading()

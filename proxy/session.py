@@ -12,8 +12,9 @@ a list in the tests). A connection goes through these phases:
 In STARTUP the proxy answers SSLRequest and GSSENCRequest itself and routes CancelRequest. In
 AUTHENTICATING it relays the exchange between client and upstream and reads every server message
 whole: it removes channel-binding SASL mechanisms (TLS ends at the proxy, so `-PLUS` cannot work)
-and gives the client a cancel key of its own in place of the upstream's. In READY it only watches
-message boundaries go by (`FrameScanner`) and relays each chunk as it came.
+and gives the client a cancel key of its own in place of the upstream's. In READY it hands each
+direction to a `Relay`, which watches message boundaries go by and passes each chunk on as it
+came; the driver then feeds the relays directly (`SessionIO.relay`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from __future__ import annotations
 import enum
 import logging
 import secrets
+from collections.abc import Callable
 from typing import Protocol
 
 from proxy.wire import errors
-from proxy.wire.framing import FrameScanner, MessageReader, StartupReader
+from proxy.wire.framing import MessageReader, Relay, StartupReader
 from proxy.wire.messages import (
     AUTH_SASL,
     AuthenticationSASL,
@@ -42,7 +44,6 @@ from proxy.wire.messages import (
 
 log = logging.getLogger(__name__)
 
-_TERMINATE = ord("X")
 _ERROR = ord("E")
 _TLS_HANDSHAKE = 0x16  # first byte of a TLS ClientHello record
 
@@ -56,7 +57,8 @@ class Phase(enum.Enum):
     CLOSED = "closed"
 
 
-_READY = Phase.READY  # the hot path's one comparison, without an attribute lookup
+def _nowhere(data: bytes) -> None:
+    """Where a relay writes once the session is closed."""
 
 
 class SessionIO(Protocol):
@@ -77,6 +79,14 @@ class SessionIO(Protocol):
 
     def close(self) -> None:
         """Flush what was sent and close both sockets."""
+
+    def relay(
+        self, from_client: Callable[[bytes], None], from_server: Callable[[bytes], None]
+    ) -> None:
+        """Authentication is over: hand each side's bytes straight to these from now on.
+
+        (Calling `client_data` / `server_data` instead stays correct, one call slower.)
+        """
 
 
 class CancelKeys:
@@ -130,8 +140,9 @@ class Session:
         self._startup_reader = StartupReader()
         self._client_reader = MessageReader()
         self._server_reader = MessageReader()
-        self._client_frames = FrameScanner()
-        self._server_frames = FrameScanner()
+        self._to_server: Relay | None = None  # client to server, once READY
+        self._to_client: Relay | None = None  # server to client, once READY
+        self._client_terminated = False
         self._pending_client = b""
         self._expect_sasl_initial = False
         self._last_server_type = 0
@@ -141,7 +152,7 @@ class Session:
     @property
     def transaction_status(self) -> str:
         """'I' idle, 'T' in a transaction block, 'E' in a failed one (last ReadyForQuery)."""
-        return chr(self._server_frames.status)
+        return chr(self._to_client.status) if self._to_client is not None else "I"
 
     @property
     def closed(self) -> bool:
@@ -150,13 +161,8 @@ class Session:
     # ------------------------------------------------------------ events from the driver
 
     def client_data(self, data: bytes) -> None:
-        if self.phase is _READY:
-            try:
-                self._client_frames.feed(data)
-            except DecodeError as exc:
-                self._fail(errors.protocol_violation(str(exc)))
-                return
-            self.io.send_server(data)
+        if self._to_server is not None:
+            self._to_server.feed(data)
         elif self.phase is Phase.STARTUP:
             self._startup_reader.feed(data)
             self._read_startup()
@@ -171,14 +177,8 @@ class Session:
             self._fail(errors.protocol_violation("unencrypted data after the SSL handshake began"))
 
     def server_data(self, data: bytes) -> None:
-        if self.phase is _READY:
-            try:
-                self._server_frames.feed(data)
-            except DecodeError as exc:
-                log.error("upstream sent an invalid message (%s); closing the session", exc)
-                self._fail(errors.upstream_lost())
-                return
-            self.io.send_client(data)
+        if self._to_client is not None:
+            self._to_client.feed(data)
         elif self.phase is Phase.AUTHENTICATING:
             self._server_reader.feed(data)
             self._relay_server_auth()
@@ -205,14 +205,12 @@ class Session:
     def upstream_closed(self) -> None:
         if self.phase is Phase.CLOSED:
             return
-        if self._client_frames.last_type == _TERMINATE:
+        to_server, to_client = self._to_server, self._to_client
+        if self._client_terminated or (to_server is not None and to_server.terminated):
             self._close()
-        elif self.phase is Phase.READY:
-            frames = self._server_frames
-            at_boundary = frames.at_boundary
-            self._fail(
-                errors.upstream_lost() if at_boundary and frames.last_type != _ERROR else None
-            )
+        elif to_client is not None:
+            quiet = not to_client.at_boundary or to_client.last_type == _ERROR
+            self._fail(None if quiet else errors.upstream_lost())
         elif self._last_server_type == _ERROR:
             self._close()
         else:
@@ -302,7 +300,8 @@ class Session:
                 if mechanism.endswith("-PLUS"):
                     self._fail(errors.channel_binding_refused(mechanism))
                     return
-            self._client_frames.last_type = kind[0]
+            if kind == b"X":
+                self._client_terminated = True
             self.io.send_server(typed(kind, body))
 
     def _relay_server_auth(self) -> None:
@@ -336,8 +335,7 @@ class Session:
                 self.client_key = self._cancel_keys.issue(upstream_key)
                 self.io.send_client(self.client_key.encode())
             elif kind == b"Z":
-                self.phase = Phase.READY
-                self._server_frames.status = body[0] if body else ord("I")
+                self._start_relaying(body[0] if body else ord("I"))
                 self.io.send_client(typed(kind, body))
                 rest_server = reader.take_rest()
                 rest_client = self._client_reader.take_rest()
@@ -348,6 +346,20 @@ class Session:
             else:
                 self.io.send_client(typed(kind, body))
 
+    def _start_relaying(self, status: int) -> None:
+        self.phase = Phase.READY
+        self._to_server = Relay(self.io.send_server, self._client_violation)
+        self._to_client = Relay(self.io.send_client, self._server_violation)
+        self._to_client.status = status
+        self.io.relay(self._to_server.feed, self._to_client.feed)
+
+    def _client_violation(self, what: str) -> None:
+        self._fail(errors.protocol_violation(what))
+
+    def _server_violation(self, what: str) -> None:
+        log.error("upstream sent an invalid message (%s); closing the session", what)
+        self._fail(errors.upstream_lost())
+
     # ------------------------------------------------------------ ending
 
     def _fail(self, error: ErrorResponse | None) -> None:
@@ -356,7 +368,8 @@ class Session:
             return
         if error is not None:
             log.info("closing session: %s (SQLSTATE %s)", error.message, error.sqlstate)
-            if self.phase is not Phase.READY or self._server_frames.at_boundary:
+            to_client = self._to_client
+            if to_client is None or (to_client.at_boundary and not to_client.broken):
                 self.io.send_client(error.encode())
         self._close()
 
@@ -364,6 +377,9 @@ class Session:
         if self.phase is Phase.CLOSED:
             return
         self.phase = Phase.CLOSED
+        for relay in (self._to_server, self._to_client):
+            if relay is not None:
+                relay.write = _nowhere
         if self.client_key is not None:
             self._cancel_keys.release(self.client_key)
         self.io.close()

@@ -4,12 +4,13 @@ Two readers:
 
 - `StartupReader` collects the untyped packets a connection opens with (SSLRequest,
   GSSENCRequest, CancelRequest, StartupMessage): int32 length, then the packet.
-- `FrameScanner` walks typed messages (one type byte, int32 length, body) as chunks arrive and
-  keeps only how far into the current message the stream is. Chunks are relayed as they came; the
-  scanner just watches them go by, so a 64 KiB chunk of DataRows costs one loop step a message
+- `Relay` walks typed messages (one type byte, int32 length, body) as chunks arrive and keeps
+  only how far into the current message the stream is. Chunks are relayed as they came; the
+  relay just watches them go by, so a 64 KiB chunk of DataRows costs one loop step a message
   and no copies. It tells the session the few facts it needs: that every length is sane, the type
-  of the last complete message, the status byte of the last ReadyForQuery, and whether the
-  stream stands at a message boundary (so that the proxy may add a message of its own).
+  of the last message, the status byte of the last ReadyForQuery, whether a Terminate went by,
+  and whether the stream stands at a message boundary (so that the proxy may add a message of
+  its own). It is the proxy's hot path, so it also comes compiled (`_framing.c`).
 
 `MessageReader` is the slow, simple one for the phases where the proxy reads whole messages
 (authentication): it buffers and hands out (type, body) pairs.
@@ -18,6 +19,8 @@ Two readers:
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from proxy.wire.messages import MAX_MESSAGE, MAX_STARTUP_PACKET, DecodeError
 
@@ -64,18 +67,48 @@ class StartupReader:
         return len(self._buffer)
 
 
-class FrameScanner:
-    """Tracks typed-message boundaries across chunks. See the module docstring."""
+class PyRelay:
+    """One direction of a relayed connection: watches message boundaries go by, passes chunks on.
 
-    __slots__ = ("_head", "_skip", "_status_at", "last_type", "max_length", "status")
+    `feed(chunk)` walks the headers in the chunk (a few bytes each; bodies are skipped, not read)
+    and calls `write(chunk)` with the very same object. On an impossible length it calls
+    `on_violation(message)` instead, and relays nothing more. Facts kept for the session:
+    `at_boundary`, `last_type`, `status` (of the last ReadyForQuery), `terminated` (a Terminate
+    went by). `write` may be replaced, e.g. by a no-op once the other side has gone.
 
-    def __init__(self, max_length: int = MAX_MESSAGE) -> None:
+    This is the reference implementation; `proxy/wire/_framing.c` is the same in C, used when it
+    was compiled at install time (`ACCELERATED`), and tested against this one.
+    """
+
+    __slots__ = (
+        "_head",
+        "_skip",
+        "_status_at",
+        "broken",
+        "last_type",
+        "max_length",
+        "on_violation",
+        "status",
+        "terminated",
+        "write",
+    )
+
+    def __init__(
+        self,
+        write: Callable[[bytes], object],
+        on_violation: Callable[[str], object],
+        max_length: int = MAX_MESSAGE,
+    ) -> None:
+        self.write = write
+        self.on_violation = on_violation
+        self.max_length = max_length
         self._skip = 0  # bytes of the current message's body still to come
         self._head = b""  # a message header split across chunks (fewer than 5 bytes)
         self._status_at = -1  # where in the next chunk a split ReadyForQuery's status byte is
         self.last_type = 0  # type byte of the last message whose header was seen
         self.status = 73  # ord("I"): the status byte of the last ReadyForQuery
-        self.max_length = max_length
+        self.terminated = False
+        self.broken = False
 
     @property
     def at_boundary(self) -> bool:
@@ -83,11 +116,14 @@ class FrameScanner:
         return self._skip == 0 and not self._head
 
     def feed(self, data: bytes) -> None:
-        """Account for one chunk. Raises DecodeError on an impossible message length."""
+        """Account for one chunk and pass it to `write`, or report a violation."""
+        if self.broken:
+            return
         n = len(data)
         pos = self._skip
         if pos >= n and not self._head and self._status_at < 0:
             self._skip = pos - n  # the chunk lies inside one long message
+            self.write(data)
             return
         if self._status_at >= 0:
             if self._status_at < n:
@@ -100,19 +136,19 @@ class FrameScanner:
             header = self._head + data[:need]
             if len(header) < 5:
                 self._head = header
+                self._skip = 0
+                self.write(data)
                 return
             self._head = b""
             kind = header[0]
             length = _unpack_u32(header, 1)[0]
             if length < 4 or length > self.max_length:
-                raise DecodeError(f"invalid message length {length} for message type {kind!r}")
-            self.last_type = kind
-            if kind == 90:  # "Z"
-                self._note_status(data, need)
+                self._violation(kind, length)
+                return
+            self._note(data, kind, need)
             pos = need + length - 4
         limit = self.max_length
         unpack = _unpack_u32
-        kind = -1
         while pos < n:
             if n - pos < 5:
                 self._head = data[pos:]
@@ -121,22 +157,42 @@ class FrameScanner:
             kind = data[pos]
             length = unpack(data, pos + 1)[0]
             if length < 4 or length > limit:
-                raise DecodeError(f"invalid message length {length} for message type {kind!r}")
-            if kind == 90:  # "Z": ReadyForQuery, whose one byte is the transaction status
-                if pos + 5 < n:
-                    self.status = data[pos + 5]
-                else:
-                    self._status_at = pos + 5 - n
+                self._violation(kind, length)
+                return
+            self._note(data, kind, pos + 5)
             pos += 1 + length
-        if kind >= 0:
-            self.last_type = kind
         self._skip = pos - n
+        self.write(data)
 
-    def _note_status(self, data: bytes, at: int) -> None:
-        if at < len(data):
-            self.status = data[at]
-        else:
-            self._status_at = at - len(data)
+    def _note(self, data: bytes, kind: int, body: int) -> None:
+        self.last_type = kind
+        if kind == 90:  # "Z": ReadyForQuery, whose one byte is the transaction status
+            if body < len(data):
+                self.status = data[body]
+            else:
+                self._status_at = body - len(data)
+        elif kind == 88:  # "X": Terminate
+            self.terminated = True
+
+    def _violation(self, kind: int, length: int) -> None:
+        self.broken = True
+        shown = f"'{chr(kind)}'" if 32 < kind < 127 and chr(kind) not in "'\\" else f"0x{kind:02x}"
+        self.on_violation(f"invalid message length {length} for message type {shown}")
+
+
+ACCELERATED: bool
+"""True when the C build of the relay is in use."""
+if TYPE_CHECKING:
+    Relay = PyRelay
+    ACCELERATED = False
+else:
+    try:
+        from proxy.wire._framing import Relay
+
+        ACCELERATED = True
+    except ImportError:  # installed without a C compiler: the pure-Python relay, slower
+        Relay = PyRelay
+        ACCELERATED = False
 
 
 class MessageReader:

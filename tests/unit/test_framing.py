@@ -1,21 +1,52 @@
-"""FrameScanner and friends: message boundaries found the same however the stream is chunked."""
+"""Relay and friends: message boundaries found the same however the stream is chunked, by the
+pure-Python relay and by its C build alike (each case runs on both)."""
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.wire.framing import FrameScanner, MessageReader, StartupReader
+from proxy.wire import framing
+from proxy.wire.framing import MessageReader, PyRelay, StartupReader
 from proxy.wire.messages import (
     MAX_STARTUP_PACKET,
     DecodeError,
     ReadyForQuery,
     StartupMessage,
+    Terminate,
     typed,
 )
+
+IMPLEMENTATIONS: list[type[PyRelay]] = [PyRelay]
+if framing.ACCELERATED:
+    IMPLEMENTATIONS.append(framing.Relay)
+
+
+@pytest.fixture(params=IMPLEMENTATIONS, ids=lambda cls: cls.__module__)
+def relay_class(request: pytest.FixtureRequest) -> type[PyRelay]:
+    cls: type[PyRelay] = request.param
+    return cls
+
+
+def test_the_c_build_is_used_where_it_was_compiled() -> None:
+    """The C relay must be there after `pip install` on a machine with a compiler (CI's)."""
+    assert framing.ACCELERATED, "proxy/wire/_framing.c was not compiled: is gcc installed?"
+
+
+@dataclass
+class Sink:
+    """What a relay wrote and reported."""
+
+    written: list[bytes] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    def relay(self, cls: type[PyRelay]) -> PyRelay:
+        return cls(self.written.append, self.violations.append)
+
 
 SERVER_STREAM = (
     typed(b"T", b"\x00\x01abc\x00" + b"\x00" * 18)
@@ -36,23 +67,28 @@ def chunks(data: bytes, cuts: list[int]) -> list[bytes]:
     return out
 
 
+@pytest.mark.parametrize("cls", IMPLEMENTATIONS)
 @given(st.lists(st.integers(min_value=0, max_value=10_000), max_size=12))
-@settings(max_examples=300)
-def test_any_chunking_gives_the_same_facts(cuts: list[int]) -> None:
-    scanner = FrameScanner()
-    for piece in chunks(SERVER_STREAM, cuts):
-        scanner.feed(piece)
-    assert scanner.at_boundary
-    assert scanner.status == ord("E")
-    assert scanner.last_type == ord("Z")
+@settings(max_examples=200)
+def test_any_chunking_gives_the_same_facts(cls: type[PyRelay], cuts: list[int]) -> None:
+    sink = Sink()
+    relay = sink.relay(cls)
+    pieces = chunks(SERVER_STREAM, cuts)
+    for piece in pieces:
+        relay.feed(piece)
+    assert sink.written == pieces  # the very chunks, in order
+    assert relay.at_boundary
+    assert relay.status == ord("E")
+    assert relay.last_type == ord("Z")
+    assert not relay.terminated and not sink.violations
 
 
-def test_every_single_byte_split_tracks_ready_for_query_status() -> None:
+def test_every_single_byte_split_tracks_ready_for_query_status(relay_class: type[PyRelay]) -> None:
     for cut in range(1, len(SERVER_STREAM)):
-        scanner = FrameScanner()
-        scanner.feed(SERVER_STREAM[:cut])
-        scanner.feed(SERVER_STREAM[cut:])
-        assert (scanner.status, scanner.at_boundary) == (ord("E"), True), cut
+        relay = Sink().relay(relay_class)
+        relay.feed(SERVER_STREAM[:cut])
+        relay.feed(SERVER_STREAM[cut:])
+        assert (relay.status, relay.at_boundary) == (ord("E"), True), cut
 
 
 @pytest.mark.parametrize(
@@ -65,10 +101,16 @@ def test_every_single_byte_split_tracks_ready_for_query_status() -> None:
         (typed(b"S", b"") + b"Z\x00\x00", False),
     ],
 )
-def test_boundary(stream: bytes, boundary: bool) -> None:
-    scanner = FrameScanner()
-    scanner.feed(stream)
-    assert scanner.at_boundary is boundary
+def test_boundary(relay_class: type[PyRelay], stream: bytes, boundary: bool) -> None:
+    relay = Sink().relay(relay_class)
+    relay.feed(stream)
+    assert relay.at_boundary is boundary
+
+
+def test_terminate_is_noticed_even_before_more_messages(relay_class: type[PyRelay]) -> None:
+    relay = Sink().relay(relay_class)
+    relay.feed(Terminate().encode() + typed(b"Q", b"SELECT 1\x00"))
+    assert relay.terminated and relay.last_type == ord("Q")
 
 
 @pytest.mark.parametrize(
@@ -77,26 +119,81 @@ def test_boundary(stream: bytes, boundary: bool) -> None:
         b"Q" + struct.pack("!I", 3),
         b"Q" + struct.pack("!I", 0),
         b"d" + struct.pack("!I", 0x7FFFFFFF),
+        b"\x00" + struct.pack("!I", 0xFFFFFFFF),
     ],
 )
-def test_impossible_lengths_are_rejected_even_when_split(header: bytes) -> None:
-    with pytest.raises(DecodeError, match="invalid message length"):
-        FrameScanner().feed(header)
-    scanner = FrameScanner()
-    scanner.feed(header[:2])
-    with pytest.raises(DecodeError):
-        scanner.feed(header[2:])
+def test_impossible_lengths_are_reported_even_when_split(
+    relay_class: type[PyRelay], header: bytes
+) -> None:
+    whole = Sink()
+    whole.relay(relay_class).feed(header)
+    assert whole.written == []
+    assert len(whole.violations) == 1 and "invalid message length" in whole.violations[0]
+
+    split = Sink()
+    relay = split.relay(relay_class)
+    relay.feed(header[:2])
+    relay.feed(header[2:])
+    relay.feed(typed(b"Q", b"SELECT 1\x00"))  # nothing more is relayed after a violation
+    assert split.written == [header[:2]] and len(split.violations) == 1 and relay.broken
+    assert split.violations == whole.violations
 
 
-def test_large_message_streams_without_buffering() -> None:
-    scanner = FrameScanner()
-    body = b"x" * 1_000_000
-    message = typed(b"d", body)
-    scanner.feed(message[:100])
-    assert not scanner.at_boundary
+def test_large_message_streams_without_buffering(relay_class: type[PyRelay]) -> None:
+    sink = Sink()
+    relay = sink.relay(relay_class)
+    message = typed(b"d", b"x" * 1_000_000)
+    relay.feed(message[:100])
+    assert not relay.at_boundary
     for start in range(100, len(message), 65536):
-        scanner.feed(message[start : start + 65536])
-    assert scanner.at_boundary and scanner.last_type == ord("d")
+        relay.feed(message[start : start + 65536])
+    assert relay.at_boundary and relay.last_type == ord("d")
+    assert b"".join(sink.written) == message
+
+
+def test_write_can_be_replaced(relay_class: type[PyRelay]) -> None:
+    first, second = Sink(), Sink()
+    relay = first.relay(relay_class)
+    relay.feed(b"Q")
+    relay.write = second.written.append
+    relay.feed(b"\x00\x00\x00\x04")
+    assert first.written == [b"Q"] and second.written == [b"\x00\x00\x00\x04"]
+
+
+# A stream of typed messages, some with impossible lengths, cut anywhere: the two builds agree.
+message = st.one_of(
+    st.tuples(st.sampled_from(b"QPBDEHSXZCTdcfp"), st.binary(max_size=40)).map(
+        lambda m: typed(bytes([m[0]]), m[1])
+    ),
+    st.tuples(st.integers(0, 255), st.sampled_from([0, 1, 2, 3, 0x40000000, 0xFFFFFFFF])).map(
+        lambda m: bytes([m[0]]) + struct.pack("!I", m[1])
+    ),
+)
+
+
+@pytest.mark.skipif(not framing.ACCELERATED, reason="the C relay was not compiled")
+@given(
+    st.lists(message, max_size=12).map(b"".join),
+    st.lists(st.integers(min_value=0, max_value=600), max_size=10),
+)
+@settings(max_examples=500)
+def test_c_and_python_relays_agree(stream: bytes, cuts: list[int]) -> None:
+    def run(cls: type[PyRelay]) -> tuple[object, ...]:
+        sink = Sink()
+        relay = sink.relay(cls)
+        for piece in chunks(stream, cuts):
+            relay.feed(piece)
+        return (
+            sink.written,
+            sink.violations,
+            relay.at_boundary,
+            relay.last_type,
+            relay.status,
+            relay.terminated,
+            relay.broken,
+        )
+
+    assert run(framing.Relay) == run(PyRelay)
 
 
 def test_message_reader_yields_whole_messages() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -55,6 +56,11 @@ class Recorder:
 
     def close(self) -> None:
         self.actions.append("close")
+
+    def relay(
+        self, from_client: Callable[[bytes], None], from_server: Callable[[bytes], None]
+    ) -> None:
+        self.actions.append("relay")
 
     def client_messages(self) -> list[tuple[bytes, bytes]]:
         """Typed messages sent to the client, after any one-byte SSL/GSS answers."""

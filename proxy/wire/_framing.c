@@ -1,0 +1,290 @@
+/*
+ * proxy.wire._framing: the C build of framing.Relay, the hot path of the proxy.
+ *
+ * Same behaviour as the pure-Python `Relay` in framing.py, which is the reference and is tested
+ * against this one (tests/unit/test_framing.py runs every case on both). A relay watches one
+ * direction of a connection go by: it walks message headers across chunks without copying
+ * bodies, keeps the few facts the session needs, and hands each chunk, unchanged, to `write`.
+ * When a length is impossible it calls `on_violation(message)` instead and stops relaying.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *write;
+    PyObject *on_violation;
+    Py_ssize_t skip;          /* bytes of the current message's body still to come */
+    unsigned char head[5];    /* a message header split across chunks */
+    int head_len;
+    Py_ssize_t status_at;     /* where in the next chunk a split ReadyForQuery's status is, or -1 */
+    int last_type;            /* type byte of the last message whose header was seen, or 0 */
+    int status;               /* status byte of the last ReadyForQuery */
+    int terminated;           /* a Terminate ('X') went by */
+    int broken;               /* a violation was reported: relay nothing more */
+    unsigned long max_length;
+} Relay;
+
+static uint32_t
+be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static int
+Relay_init(Relay *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"write", "on_violation", "max_length", NULL};
+    PyObject *write, *on_violation;
+    unsigned long max_length = 0x3FFFFFFEUL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|k", kwlist, &write, &on_violation,
+                                     &max_length))
+        return -1;
+    Py_INCREF(write);
+    Py_XSETREF(self->write, write);
+    Py_INCREF(on_violation);
+    Py_XSETREF(self->on_violation, on_violation);
+    self->skip = 0;
+    self->head_len = 0;
+    self->status_at = -1;
+    self->last_type = 0;
+    self->status = 'I';
+    self->terminated = 0;
+    self->broken = 0;
+    self->max_length = max_length;
+    return 0;
+}
+
+static int
+Relay_traverse(Relay *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->write);
+    Py_VISIT(self->on_violation);
+    return 0;
+}
+
+static int
+Relay_clear(Relay *self)
+{
+    Py_CLEAR(self->write);
+    Py_CLEAR(self->on_violation);
+    return 0;
+}
+
+static void
+Relay_dealloc(Relay *self)
+{
+    PyObject_GC_UnTrack(self);
+    Relay_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Report an impossible length: stop relaying, tell the session. Returns the callback's result. */
+static PyObject *
+violation(Relay *self, int kind, unsigned long length)
+{
+    self->broken = 1;
+    char repr[16];
+    if (kind > 32 && kind < 127 && kind != '\'' && kind != '\\')
+        snprintf(repr, sizeof repr, "'%c'", kind);
+    else
+        snprintf(repr, sizeof repr, "0x%02x", kind);
+    PyObject *message = PyUnicode_FromFormat(
+        "invalid message length %lu for message type %s", length, repr);
+    if (message == NULL)
+        return NULL;
+    PyObject *result = PyObject_CallOneArg(self->on_violation, message);
+    Py_DECREF(message);
+    return result;
+}
+
+static void
+note_type(Relay *self, const unsigned char *buf, Py_ssize_t n, int kind, Py_ssize_t body)
+{
+    self->last_type = kind;
+    if (kind == 'Z') {
+        if (body < n)
+            self->status = buf[body];
+        else
+            self->status_at = body - n;
+    }
+    else if (kind == 'X') {
+        self->terminated = 1;
+    }
+}
+
+static PyObject *
+Relay_feed(Relay *self, PyObject *data)
+{
+    if (self->broken)
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len;
+    Py_ssize_t pos = self->skip;
+
+    if (pos >= n && self->head_len == 0 && self->status_at < 0) {
+        self->skip = pos - n;  /* the chunk lies inside one long message */
+        goto forward;
+    }
+    if (self->status_at >= 0) {
+        if (self->status_at < n) {
+            self->status = buf[self->status_at];
+            self->status_at = -1;
+        }
+        else {
+            self->status_at -= n;
+        }
+    }
+    if (self->head_len > 0) {
+        Py_ssize_t need = 5 - self->head_len;
+        Py_ssize_t take = need < n ? need : n;
+        memcpy(self->head + self->head_len, buf, (size_t)take);
+        self->head_len += (int)take;
+        if (self->head_len < 5) {
+            self->skip = 0;
+            goto forward;
+        }
+        self->head_len = 0;
+        int kind = self->head[0];
+        unsigned long length = be32(self->head + 1);
+        if (length < 4 || length > self->max_length) {
+            PyBuffer_Release(&view);
+            return violation(self, kind, length);
+        }
+        note_type(self, buf, n, kind, need);
+        pos = need + (Py_ssize_t)length - 4;
+    }
+    while (pos < n) {
+        if (n - pos < 5) {
+            memcpy(self->head, buf + pos, (size_t)(n - pos));
+            self->head_len = (int)(n - pos);
+            pos = n;
+            break;
+        }
+        int kind = buf[pos];
+        unsigned long length = be32(buf + pos + 1);
+        if (length < 4 || length > self->max_length) {
+            PyBuffer_Release(&view);
+            return violation(self, kind, length);
+        }
+        note_type(self, buf, n, kind, pos + 5);
+        pos += 1 + (Py_ssize_t)length;
+    }
+    self->skip = pos - n;
+
+forward:
+    PyBuffer_Release(&view);
+    return PyObject_CallOneArg(self->write, data);
+}
+
+static PyObject *
+Relay_get_at_boundary(Relay *self, void *closure)
+{
+    return PyBool_FromLong(self->skip == 0 && self->head_len == 0);
+}
+
+static PyObject *
+Relay_get_write(Relay *self, void *closure)
+{
+    return Py_NewRef(self->write);
+}
+
+static int
+Relay_set_write(Relay *self, PyObject *value, void *closure)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete write");
+        return -1;
+    }
+    Py_INCREF(value);
+    Py_XSETREF(self->write, value);
+    return 0;
+}
+
+static PyObject *
+Relay_get_int(Relay *self, void *closure)
+{
+    return PyLong_FromLong(*(int *)((char *)self + (Py_ssize_t)closure));
+}
+
+static int
+Relay_set_int(Relay *self, PyObject *value, void *closure)
+{
+    long v = value == NULL ? -1 : PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *(int *)((char *)self + (Py_ssize_t)closure) = (int)v;
+    return 0;
+}
+
+static PyObject *
+Relay_get_bool(Relay *self, void *closure)
+{
+    return PyBool_FromLong(*(int *)((char *)self + (Py_ssize_t)closure));
+}
+
+static PyGetSetDef Relay_getset[] = {
+    {"at_boundary", (getter)Relay_get_at_boundary, NULL,
+     "True when every message begun so far has been seen whole.", NULL},
+    {"write", (getter)Relay_get_write, (setter)Relay_set_write,
+     "Where chunks go (the other side's transport.write).", NULL},
+    {"last_type", (getter)Relay_get_int, (setter)Relay_set_int,
+     "Type byte of the last message whose header was seen.",
+     (void *)offsetof(Relay, last_type)},
+    {"status", (getter)Relay_get_int, (setter)Relay_set_int,
+     "Status byte of the last ReadyForQuery.", (void *)offsetof(Relay, status)},
+    {"terminated", (getter)Relay_get_bool, NULL, "A Terminate message went by.",
+     (void *)offsetof(Relay, terminated)},
+    {"broken", (getter)Relay_get_bool, NULL, "A violation was reported; nothing is relayed.",
+     (void *)offsetof(Relay, broken)},
+    {NULL}
+};
+
+static PyMethodDef Relay_methods[] = {
+    {"feed", (PyCFunction)Relay_feed, METH_O,
+     "Account for one chunk and pass it to write, or report a violation."},
+    {NULL}
+};
+
+static PyTypeObject RelayType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "proxy.wire._framing.Relay",
+    .tp_doc = "One direction of a relayed connection (C build of proxy.wire.framing.Relay).",
+    .tp_basicsize = sizeof(Relay),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Relay_init,
+    .tp_dealloc = (destructor)Relay_dealloc,
+    .tp_traverse = (traverseproc)Relay_traverse,
+    .tp_clear = (inquiry)Relay_clear,
+    .tp_methods = Relay_methods,
+    .tp_getset = Relay_getset,
+};
+
+static struct PyModuleDef framing_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "proxy.wire._framing",
+    .m_doc = "C build of proxy.wire.framing.Relay.",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__framing(void)
+{
+    if (PyType_Ready(&RelayType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&framing_module);
+    if (module == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(module, "Relay", (PyObject *)&RelayType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
