@@ -3,6 +3,7 @@ pure-Python relay and by its C build alike (each case runs on both)."""
 
 from __future__ import annotations
 
+import shutil
 import struct
 from dataclasses import dataclass, field
 
@@ -32,9 +33,12 @@ def relay_class(request: pytest.FixtureRequest) -> type[PyRelay]:
     return cls
 
 
-def test_the_c_build_is_used_where_it_was_compiled() -> None:
+@pytest.mark.skipif(
+    shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here"
+)
+def test_the_c_build_is_used_where_a_compiler_is() -> None:
     """The C relay must be there after `pip install` on a machine with a compiler (CI's)."""
-    assert framing.ACCELERATED, "proxy/wire/_framing.c was not compiled: is gcc installed?"
+    assert framing.ACCELERATED, "proxy/wire/_framing.c was not compiled at install time"
 
 
 @dataclass
