@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from proxy.config import load
@@ -105,3 +106,42 @@ def test_taken_port_is_a_clear_error(demo_env: dict[str, str]) -> None:
     assert result.returncode == 1
     assert "is already in use" in result.stderr and "PGNL_EMBEDDED_PORT" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_serve_without_upstream_uses_the_embedded_server(demo_env: dict[str, str]) -> None:
+    """`pgnl serve` with no upstream starts the embedded PostgreSQL; SIGTERM stops both, and a
+    connected client is told why its connection ends (57P01)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve"],
+        env=demo_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("listening: "), line
+        host, _, port = line.removeprefix("listening: ").strip().rpartition(":")
+        dsn = f"postgresql://postgres:pgnl@{host}:{port}/postgres"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT current_setting('server_version_num')::int").fetchone()
+            assert row is not None and row[0] >= 180000
+            extensions = {
+                name
+                for (name,) in conn.execute("SELECT name FROM pg_available_extensions").fetchall()
+            }
+            assert {"vector", "pg_trgm", "fuzzystrmatch", "plpython3u"} <= extensions
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(30) == 0
+            with pytest.raises(psycopg.OperationalError) as caught:
+                conn.execute("SELECT 1")
+            assert "pgnl is shutting down" in str(caught.value)
+        assert not port_open(int(demo_env["PGNL_EMBEDDED_PORT"]))
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
