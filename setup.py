@@ -1,12 +1,13 @@
-"""The optional C build of the proxy's hot path (proxy/wire/_framing.c).
-
-Everything else is declared in pyproject.toml. Without a C compiler the build is skipped and the
-pure-Python relay, which behaves the same, is used.
+"""What pyproject.toml cannot say: the packages, with the top-level migrations/ folder shipped as
+`proxy.migrations`, and the optional C build of the proxy's hot path (proxy/wire/_framing.c;
+without a C compiler it is skipped and the pure-Python relay, which behaves the same, is used).
 """
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
+    packages=[*find_packages(include=["proxy", "proxy.*"]), "proxy.migrations"],
+    package_dir={"proxy.migrations": "migrations"},
     ext_modules=[
         Extension("proxy.wire._framing", ["proxy/wire/_framing.c"], optional=True),
     ]

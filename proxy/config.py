@@ -103,6 +103,72 @@ class DemoSettings:
 
 
 @dataclass
+class RuntimeSettings:
+    provider: str = field(
+        default="auto",
+        metadata=_doc(
+            "Where the ONNX models run: auto (CUDA when onnxruntime-gpu and a GPU are present, "
+            "else CPU), cpu, or cuda (falls back to CPU, with a logged reason, when unavailable)."
+        ),
+    )
+    models_dir: str = field(
+        default="",
+        metadata=_doc(
+            "Folder of the ONNX models and manifest.json. Empty: the ones shipped in pgnl."
+        ),
+    )
+    threads: int = field(
+        default=0,
+        metadata=_doc("Threads each ONNX model may use. 0: as many as there are cores."),
+    )
+
+
+@dataclass
+class IndexSettings:
+    schemas: str = field(
+        default="",
+        metadata=_doc(
+            "Comma-separated schemas whose text columns `pgnl index` reads. Empty: every schema "
+            "except pg_catalog, information_schema, nl and pg_toast."
+        ),
+    )
+    max_distinct_per_column: int = field(
+        default=5000,
+        metadata=_doc(
+            "Most distinct values indexed per column (the most frequent first); a column with "
+            "more keeps only these."
+        ),
+    )
+    max_value_length: int = field(
+        default=120,
+        metadata=_doc(
+            "Values longer than this many characters are free text, not names: not indexed, and a "
+            "column whose values are mostly that long is skipped."
+        ),
+    )
+    batch_size: int = field(
+        default=256, metadata=_doc("Values embedded per ONNX batch while indexing.")
+    )
+
+
+@dataclass
+class CalibrationSettings:
+    threshold: float = field(
+        default=0.65,
+        metadata=_doc(
+            "Similarity a database value needs for a literal to be replaced by it (the paper's r)."
+        ),
+    )
+    method: str = field(
+        default="hybrid",
+        metadata=_doc(
+            "How values are compared with a literal: char (indel ratio), trigram (pg_trgm), "
+            "semantic (MiniLM embeddings, pgvector), glove (GloVe 50d averages) or hybrid."
+        ),
+    )
+
+
+@dataclass
 class LogSettings:
     level: str = field(
         default="info", metadata=_doc("Log level: debug, info, warning or error (to stderr).")
@@ -114,6 +180,9 @@ class Settings:
     proxy: ProxySettings = field(default_factory=ProxySettings)
     embedded: EmbeddedSettings = field(default_factory=EmbeddedSettings)
     demo: DemoSettings = field(default_factory=DemoSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    index: IndexSettings = field(default_factory=IndexSettings)
+    calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
 
