@@ -23,7 +23,8 @@ class Database(Protocol):
 
 
 class PsycopgDatabase:
-    """`Database` over a psycopg connection (autocommit or not; its transaction is the caller's)."""
+    """`Database` over a psycopg connection. Each fetch is a transaction of its own (a savepoint
+    inside the caller's), so that a statement timeout stays local to it."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
@@ -31,7 +32,7 @@ class PsycopgDatabase:
     def fetch(
         self, query: str, params: Sequence[object] = (), *, timeout_s: float | None = None
     ) -> list[tuple[Any, ...]]:
-        with psycopg.RawCursor(self.conn) as cur:
+        with self.conn.transaction(), psycopg.RawCursor(self.conn) as cur:
             if timeout_s is not None:
                 cur.execute(
                     sql.SQL("SET LOCAL statement_timeout = {}").format(int(timeout_s * 1000))
