@@ -1,4 +1,4 @@
-"""The `pgnl` command: serve, demo, config."""
+"""The `pgnl` command: serve, demo, config, migrate, index."""
 
 from __future__ import annotations
 
@@ -134,6 +134,56 @@ def cmd_config(settings: config.Settings) -> int:
     return 0
 
 
+def _database_error(exc: Exception) -> str:
+    """A psycopg error as one line for `pgnl: ...`."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def cmd_migrate(settings: config.Settings, args: argparse.Namespace) -> int:
+    import psycopg
+
+    from proxy.migrate import MigrationError, migrate
+
+    try:
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            applied = migrate(conn)
+    except MigrationError as exc:
+        print(f"pgnl: {exc}", file=sys.stderr)
+        return 1
+    except psycopg.Error as exc:
+        print(f"pgnl: migrate failed: {_database_error(exc)}", file=sys.stderr)
+        return 1
+    if applied:
+        print(f"applied {len(applied)} migration(s): {', '.join(applied)}")
+    else:
+        print("nothing to apply: the database is up to date")
+    return 0
+
+
+def cmd_index(settings: config.Settings, args: argparse.Namespace) -> int:
+    import psycopg
+
+    from proxy.runtime import ModelFilesError, load_embedder
+    from proxy.valueindex import ValueIndexError, build_index
+
+    index = settings.index
+    for key in ("schemas", "max_distinct_per_column", "max_value_length", "batch_size"):
+        if (value := getattr(args, key, None)) is not None:
+            setattr(index, key, value)
+    try:
+        embedder = load_embedder(settings.runtime)
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            report = build_index(conn, embedder, index, progress=not args.no_progress)
+    except (ValueIndexError, ModelFilesError) as exc:
+        print(f"pgnl: {exc}", file=sys.stderr)
+        return 1
+    except psycopg.Error as exc:
+        print(f"pgnl: index failed: {_database_error(exc)}", file=sys.stderr)
+        return 1
+    print(report.summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgnl", description="Natural-language questions for PostgreSQL, through a proxy."
@@ -155,6 +205,21 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:6432)")
 
     commands.add_parser("config", help="print every setting with its documentation and default")
+
+    migrate = commands.add_parser(
+        "migrate", help="create or update the nl schema (value index, functions) in a database"
+    )
+    migrate.add_argument("--dsn", required=True, help="the database, as a libpq DSN or URI")
+
+    index = commands.add_parser(
+        "index", help="build or refresh the value index of a database (after pgnl migrate)"
+    )
+    index.add_argument("--dsn", required=True, help="the database, as a libpq DSN or URI")
+    index.add_argument("--schemas", help="comma-separated schemas to read (default: all)")
+    index.add_argument("--max-distinct-per-column", type=int, help="values kept per column")
+    index.add_argument("--max-value-length", type=int, help="longer values are free text")
+    index.add_argument("--batch-size", type=int, help="values embedded per batch")
+    index.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     return parser
 
 
@@ -178,7 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    handlers = {"serve": cmd_serve, "demo": cmd_demo, "config": cmd_config}
+    handlers: dict[str, Callable[[config.Settings], int]] = {
+        "serve": cmd_serve,
+        "demo": cmd_demo,
+        "config": cmd_config,
+        "migrate": lambda settings: cmd_migrate(settings, args),
+        "index": lambda settings: cmd_index(settings, args),
+    }
     try:
         return handlers[args.command](settings)
     except (EmbeddedError, config.ConfigError, ValueError, OSError) as exc:

@@ -1,0 +1,456 @@
+"""Building and refreshing the value index (`pgnl index`, or `build_index` from Python).
+
+A refresh reads each eligible column's distinct values (see `scan`) and compares them with what
+the last refresh saw, through a per-column fingerprint in `nl.value_index_columns`: sha256 over
+the kept values and their counts, sorted by value (and whether they are all of the column's
+values). A column whose fingerprint did not change costs one read of the column and nothing
+else. A column that changed is brought up to date value by value: only values that are new to it
+go through the embedder; values that vanished are deleted; counts that moved are updated. A
+column or table that no longer exists, or is no longer eligible, has its rows deleted.
+
+Safe while the database is in use: source tables are read with plain SELECTs (row_security off,
+so that a role that would see only some rows is told so instead of indexing part of a table; a
+lock_timeout, so that a table locked by DDL is skipped, its previous entries kept, rather than
+waited for). Each column is written in one short transaction, after its values are embedded, so
+readers see a column either as it was or as it is, never half done. A session-level advisory lock
+makes concurrent refreshes take turns. Rows go in with COPY, the embedding as pgvector's text form.
+
+Frequencies are the number of rows holding each value, except in tables with row-level security
+enabled, where they are recorded as 0: a count over all rows would tell a role about rows it
+cannot see. (Enabling or disabling row-level security on a table changes its columns'
+fingerprints, so the next refresh rewrites their counts.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import psycopg
+from psycopg import errors
+
+from proxy.config import IndexSettings
+from proxy.migrate import advisory_lock, autocommit
+from proxy.valueindex.common import (
+    EMBEDDING_DIMENSION,
+    ColumnRef,
+    Embedder,
+    ValueIndexError,
+    checked_embeddings,
+    embedder_signature,
+    normalise,
+    vector_literal,
+)
+from proxy.valueindex.progress import Progress
+from proxy.valueindex.scan import (
+    ColumnInfo,
+    ColumnValues,
+    discover_columns,
+    read_values,
+    sample_skip_reason,
+    sample_values,
+)
+
+log = logging.getLogger(__name__)
+
+INDEX_LOCK = 2
+LOCK_TIMEOUT = "5s"
+
+
+@dataclass
+class BuildReport:
+    """What one build or refresh did."""
+
+    columns_scanned: int = 0
+    added: list[ColumnRef] = field(default_factory=list)
+    changed: list[ColumnRef] = field(default_factory=list)
+    unchanged: list[ColumnRef] = field(default_factory=list)
+    removed: dict[ColumnRef, str] = field(default_factory=dict)
+    skipped: dict[ColumnRef, str] = field(default_factory=dict)
+    values_embedded: int = 0
+    values_removed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def values_per_second(self) -> float:
+        return self.values_embedded / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def indexed(self) -> list[ColumnRef]:
+        """Every column the index now holds values of, from this run."""
+        return sorted([*self.added, *self.changed, *self.unchanged])
+
+    def summary(self) -> str:
+        lines = [
+            f"indexed {len(self.indexed)} of {self.columns_scanned} text columns: "
+            f"{len(self.added)} new, {len(self.changed)} changed, {len(self.unchanged)} "
+            f"unchanged; {len(self.removed)} removed, {len(self.skipped)} skipped",
+            f"embedded {self.values_embedded:,} values in {self.seconds:.1f} s "
+            f"({self.values_per_second:,.0f} values/s); removed {self.values_removed:,} values",
+        ]
+        for title, entries in (("removed", self.removed), ("skipped", self.skipped)):
+            if entries:
+                lines.append(f"{title}:")
+                lines += [f"  {ref}: {why}" for ref, why in sorted(entries.items())]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    schema_oid: int
+    table_oid: int
+    attnum: int
+    fingerprint: str
+    embedder: str
+
+
+class _Unreadable(Exception):
+    """A column could not be read this time; `keep` says whether its old entries stay."""
+
+    def __init__(self, reason: str, keep: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.keep = keep
+
+
+def fingerprint(values: ColumnValues) -> str:
+    """sha256 over the values and their counts, sorted by value, and the completeness flag."""
+    digest = hashlib.sha256(b"complete\n" if values.complete else b"capped\n")
+    for value, count in sorted(values.values):
+        encoded = value.encode()
+        digest.update(b"%d:%b\t%d\n" % (len(encoded), encoded, count))
+    return digest.hexdigest()
+
+
+def _check_ready(conn: psycopg.Connection[Any], embedder: Embedder) -> None:
+    row = conn.execute(
+        """
+        SELECT c.relowner = r.oid OR r.rolsuper OR r.rolbypassrls,
+               pg_catalog.pg_get_userbyid(c.relowner), current_user,
+               has_table_privilege(c.oid, 'INSERT') AND has_table_privilege(c.oid, 'UPDATE')
+                   AND has_table_privilege(c.oid, 'DELETE'),
+               (SELECT a.atttypmod FROM pg_catalog.pg_attribute a
+                 WHERE a.attrelid = c.oid AND a.attname = 'embedding')
+          FROM pg_catalog.pg_class c, pg_catalog.pg_roles r
+         WHERE c.oid = to_regclass('nl.value_index') AND r.rolname = current_user
+        """
+    ).fetchone()
+    if row is None:
+        raise ValueIndexError(
+            "this database has no value index (nl.value_index): run pgnl migrate first"
+        )
+    sees_all, owner, role, may_write, dimension = row
+    if not (sees_all and may_write):
+        raise ValueIndexError(
+            f"role {role} may not write the value index: run pgnl index as {owner} (the owner "
+            "of nl.value_index, who ran pgnl migrate) or as a superuser"
+        )
+    if embedder.dimension != dimension or dimension != EMBEDDING_DIMENSION:
+        raise ValueIndexError(
+            f"the embedder makes {embedder.dimension}-dimensional embeddings; nl.value_index "
+            f"stores {dimension}-dimensional ones"
+        )
+
+
+def _stored_columns(conn: psycopg.Connection[Any]) -> dict[ColumnRef, _Stored]:
+    rows = conn.execute(
+        "SELECT schema_name, table_name, column_name, schema_oid, table_oid, column_attnum, "
+        "fingerprint, embedder FROM nl.value_index_columns"
+    ).fetchall()
+    return {
+        ColumnRef(s, t, c): _Stored(int(so), int(to), int(a), fp, e)
+        for s, t, c, so, to, a, fp, e in rows
+    }
+
+
+def _read(
+    conn: psycopg.Connection[Any], column: ColumnInfo, settings: IndexSettings
+) -> ColumnValues | str:
+    """The column's values, or why it is skipped (its sample is not names); raises _Unreadable."""
+    try:
+        with conn.transaction():
+            conn.execute("SET LOCAL row_security = off")
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT])
+            reason = sample_skip_reason(sample_values(conn, column), settings.max_value_length)
+            if reason is not None:
+                return reason
+            return read_values(conn, column, settings)
+    except (errors.UndefinedTable, errors.UndefinedColumn, errors.InvalidSchemaName):
+        raise _Unreadable("it no longer exists", keep=False) from None
+    except errors.InsufficientPrivilege as exc:
+        message = exc.diag.message_primary or ""
+        if "row-level security" in message:
+            reason = (
+                "row-level security hides some of its rows from the indexing role: run pgnl "
+                "index as a superuser, the table's owner or a role with BYPASSRLS"
+            )
+        else:
+            reason = "the indexing role may not SELECT it"
+        raise _Unreadable(reason, keep=False) from None
+    except (errors.LockNotAvailable, errors.QueryCanceled) as exc:
+        raise _Unreadable(
+            f"it could not be read now ({(exc.diag.message_primary or '').strip()}); its "
+            "previous entries are kept",
+            keep=True,
+        ) from None
+    except psycopg.DatabaseError as exc:
+        raise _Unreadable(
+            f"reading it failed ({(exc.diag.message_primary or str(exc)).strip()}); its "
+            "previous entries are kept",
+            keep=True,
+        ) from None
+
+
+def _embed(
+    embedder: Embedder, values: Sequence[str], batch_size: int, progress: Progress
+) -> list[str]:
+    literals: list[str] = []
+    step = max(batch_size, 1)
+    for start in range(0, len(values), step):
+        batch = values[start : start + step]
+        literals += [vector_literal(row) for row in checked_embeddings(embedder, batch)]
+        progress.embedded(len(batch))
+    return literals
+
+
+def _write_column(
+    conn: psycopg.Connection[Any],
+    column: ColumnInfo,
+    *,
+    values: ColumnValues,
+    column_fingerprint: str,
+    stored: _Stored | None,
+    embedder: Embedder,
+    signature: str,
+    settings: IndexSettings,
+    progress: Progress,
+) -> tuple[int, int]:
+    """Bring one column's rows up to date; return (values embedded, values removed)."""
+    ref = column.ref
+    names = [ref.schema, ref.table, ref.column]
+    existing = dict(
+        conn.execute(
+            "SELECT value, frequency FROM nl.value_index "
+            "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
+            names,
+        ).fetchall()
+    )
+    # Another model made these embeddings: every value is embedded again.
+    reembed = stored is not None and stored.embedder != signature
+    replaced = len(existing) if reembed else 0
+    if reembed:
+        existing = {}
+    current = dict(values.values)
+    new_values = [value for value, _ in values.values if value not in existing]
+    gone = [value for value in existing if value not in current]
+    moved = stored is None or (stored.schema_oid, stored.table_oid, stored.attnum) != (
+        column.schema_oid,
+        column.table_oid,
+        column.attnum,
+    )
+    updated = [
+        value
+        for value, count in current.items()
+        if value in existing and (moved or existing[value] != count)
+    ]
+    literals = _embed(embedder, new_values, settings.batch_size, progress)
+    with conn.transaction(), conn.cursor() as cur:
+        if reembed:
+            cur.execute(
+                "DELETE FROM nl.value_index "
+                "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
+                names,
+            )
+        if gone:
+            cur.execute(
+                "DELETE FROM nl.value_index WHERE schema_name = %s AND table_name = %s "
+                "AND column_name = %s AND value = ANY (%s)",
+                [*names, gone],
+            )
+        if updated:
+            cur.execute(
+                """
+                UPDATE nl.value_index v
+                   SET frequency = u.n, schema_oid = %s, table_oid = %s, column_attnum = %s
+                  FROM unnest(%s::text[], %s::bigint[]) AS u(value, n)
+                 WHERE v.schema_name = %s AND v.table_name = %s AND v.column_name = %s
+                   AND v.value = u.value
+                """,
+                [
+                    column.schema_oid,
+                    column.table_oid,
+                    column.attnum,
+                    updated,
+                    [current[value] for value in updated],
+                    *names,
+                ],
+            )
+        if new_values:
+            with cur.copy(
+                "COPY nl.value_index (schema_name, table_name, column_name, schema_oid, "
+                "table_oid, column_attnum, value, normalised, frequency, embedding) FROM STDIN"
+            ) as copy:
+                for value, literal in zip(new_values, literals, strict=True):
+                    copy.write_row(
+                        (
+                            *names,
+                            column.schema_oid,
+                            column.table_oid,
+                            column.attnum,
+                            value,
+                            normalise(value),
+                            current[value],
+                            literal,
+                        )
+                    )
+        cur.execute(
+            """
+            INSERT INTO nl.value_index_columns AS c
+                   (schema_name, table_name, column_name, schema_oid, table_oid, column_attnum,
+                    fingerprint, embedder, value_count, complete)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            ON CONFLICT (schema_name, table_name, column_name) DO UPDATE
+               SET schema_oid = excluded.schema_oid, table_oid = excluded.table_oid,
+                   column_attnum = excluded.column_attnum, fingerprint = excluded.fingerprint,
+                   embedder = excluded.embedder,
+                   value_count = excluded.value_count, complete = excluded.complete,
+                   indexed_at = now(), checked_at = now()
+            """,
+            [
+                *names,
+                column.schema_oid,
+                column.table_oid,
+                column.attnum,
+                column_fingerprint,
+                signature,
+                len(current),
+                values.complete,
+            ],
+        )
+    return len(new_values), len(gone) + replaced
+
+
+def _remove_column(conn: psycopg.Connection[Any], ref: ColumnRef) -> int:
+    names = [ref.schema, ref.table, ref.column]
+    with conn.transaction():
+        removed = conn.execute(
+            "DELETE FROM nl.value_index "
+            "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
+            names,
+        ).rowcount
+        conn.execute(
+            "DELETE FROM nl.value_index_columns "
+            "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
+            names,
+        )
+    return max(removed, 0)
+
+
+def _mark_checked(conn: psycopg.Connection[Any], refs: Sequence[ColumnRef]) -> None:
+    if refs:
+        conn.execute(
+            """
+            UPDATE nl.value_index_columns c SET checked_at = now()
+              FROM unnest(%s::text[], %s::text[], %s::text[]) AS u(s, t, n)
+             WHERE c.schema_name = u.s AND c.table_name = u.t AND c.column_name = u.n
+            """,
+            [[r.schema for r in refs], [r.table for r in refs], [r.column for r in refs]],
+        )
+
+
+def build_index(
+    conn: psycopg.Connection[Any],
+    embedder: Embedder,
+    settings: IndexSettings | None = None,
+    progress: bool | TextIO = True,
+) -> BuildReport:
+    """Build the value index of the connection's database, or bring it up to date.
+
+    Run it as the role that ran `pgnl migrate` (the owner of nl.value_index) or a superuser.
+    `progress`: True draws the progress line on stderr, a stream draws it there, False nothing.
+    The connection must not be inside a transaction; its autocommit setting is restored.
+    """
+    settings = settings or IndexSettings()
+    stream: TextIO | None = sys.stderr if progress is True else progress or None
+    report = BuildReport()
+    started = time.monotonic()
+    with autocommit(conn, "pgnl index"):
+        _check_ready(conn, embedder)
+        signature = embedder_signature(embedder)
+        with advisory_lock(conn, INDEX_LOCK):
+            columns = discover_columns(conn, settings)
+            stored = _stored_columns(conn)
+            report.columns_scanned = len(columns)
+            eligible = [column for column in columns if column.skip_reason is None]
+            report.skipped = {
+                column.ref: column.skip_reason
+                for column in columns
+                if column.skip_reason is not None
+            }
+            tracker = Progress(stream, len(eligible))
+            kept: set[ColumnRef] = set()
+            try:
+                for column in eligible:
+                    tracker.column_started(column.ref)
+                    try:
+                        outcome = _read(conn, column, settings)
+                    except _Unreadable as unreadable:
+                        report.skipped[column.ref] = unreadable.reason
+                        if unreadable.keep:
+                            kept.add(column.ref)
+                        tracker.column_done()
+                        continue
+                    if isinstance(outcome, str):
+                        report.skipped[column.ref] = outcome
+                        tracker.column_done()
+                        continue
+                    previous = stored.get(column.ref)
+                    if column.row_security:
+                        outcome = ColumnValues(
+                            [(v, 0) for v, _ in outcome.values], outcome.complete
+                        )
+                    column_fingerprint = fingerprint(outcome)
+                    if (
+                        previous is not None
+                        and previous.fingerprint == column_fingerprint
+                        and previous.embedder == signature
+                        and (previous.schema_oid, previous.table_oid, previous.attnum)
+                        == (column.schema_oid, column.table_oid, column.attnum)
+                    ):
+                        report.unchanged.append(column.ref)
+                    else:
+                        embedded, removed = _write_column(
+                            conn,
+                            column,
+                            values=outcome,
+                            column_fingerprint=column_fingerprint,
+                            stored=previous,
+                            embedder=embedder,
+                            signature=signature,
+                            settings=settings,
+                            progress=tracker,
+                        )
+                        report.values_embedded += embedded
+                        report.values_removed += removed
+                        (report.added if previous is None else report.changed).append(column.ref)
+                    tracker.column_done()
+                _mark_checked(conn, report.unchanged)
+                indexed = set(report.indexed) | kept
+                for ref in sorted(set(stored) - indexed):
+                    why = report.skipped.get(ref)
+                    report.removed[ref] = (
+                        f"now skipped: {why}"
+                        if why is not None and why != "it no longer exists"
+                        else "it no longer exists (or is no longer a text column in the "
+                        "indexed schemas)"
+                    )
+                    report.values_removed += _remove_column(conn, ref)
+            finally:
+                report.seconds = time.monotonic() - started
+                tracker.close()
+    return report

@@ -1,0 +1,148 @@
+"""What the value index's builder and look-ups share: column references, scopes, candidates, the
+embedder they are given, and the normalisation of values.
+
+Normalised value: Unicode compatibility decomposition (NFKD), combining marks (accents) dropped,
+case-folded, runs of whitespace collapsed to one space, ends trimmed: 'Café  de Flore ' and
+'CAFE DE FLORE' both become 'cafe de flore'. The trigram look-ups compare normalised text; the
+embedder gets values as they are (MiniLM's tokenizer lower-cases and strips accents itself).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy
+
+EMBEDDING_DIMENSION = 384
+
+
+class ValueIndexError(RuntimeError):
+    """The value index cannot be built or read; the message says why and what to do."""
+
+
+class Embedder(Protocol):
+    """Sentence embeddings: one L2-normalised float32 row of `dimension` numbers per text."""
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> numpy.ndarray[Any, Any]: ...
+
+
+@dataclass(frozen=True, order=True)
+class ColumnRef:
+    """A column, by name: schema, table, column."""
+
+    schema: str
+    table: str
+    column: str
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.table}.{self.column}"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a look-up searches: one column, one table, or the whole database.
+
+    Build one with `Scope.column(ref)`, `Scope.table(schema, table)` or `Scope.database()`.
+    """
+
+    schema_name: str | None = None
+    table_name: str | None = None
+    column_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.column_name is not None and self.table_name is None) or (
+            self.table_name is not None and self.schema_name is None
+        ):
+            raise ValueError("a scope names a column within a table within a schema")
+        if self.schema_name is not None and self.table_name is None:
+            raise ValueError("a scope is a column, a table or the whole database, not a schema")
+
+    @classmethod
+    def column(cls, ref: ColumnRef) -> Scope:
+        return cls(ref.schema, ref.table, ref.column)
+
+    @classmethod
+    def table(cls, schema: str, table: str) -> Scope:
+        return cls(schema, table)
+
+    @classmethod
+    def database(cls) -> Scope:
+        return cls()
+
+    @classmethod
+    def widening(cls, ref: ColumnRef) -> tuple[Scope, Scope, Scope]:
+        """The column, then its table, then the whole database: calibration's search order."""
+        return cls.column(ref), cls.table(ref.schema, ref.table), cls.database()
+
+    @property
+    def level(self) -> Literal["column", "table", "database"]:
+        if self.column_name is not None:
+            return "column"
+        return "table" if self.table_name is not None else "database"
+
+    def __str__(self) -> str:
+        parts = [p for p in (self.schema_name, self.table_name, self.column_name) if p is not None]
+        return ".".join(parts) if parts else "the whole database"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A database value offered for a literal, with its similarity to it (1.0: identical)."""
+
+    column: ColumnRef
+    value: str
+    score: float
+    frequency: int
+
+
+def normalise(value: str) -> str:
+    """The value as the trigram index compares it (see the module's documentation)."""
+    decomposed = unicodedata.normalize("NFKD", value)
+    unaccented = "".join(char for char in decomposed if not unicodedata.combining(char))
+    return " ".join(unaccented.casefold().split())
+
+
+def vector_literal(row: numpy.ndarray[Any, Any]) -> str:
+    """pgvector's text form of one embedding: '[0.1,-0.2,…]'."""
+    return "[" + ",".join(f"{x:.7g}" for x in row.tolist()) + "]"
+
+
+def quote_ident(name: str) -> str:
+    """A PostgreSQL identifier, always quoted (for SQL built outside psycopg's `sql` module)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+SIGNATURE_PROBE = "pgnl value index: New York, Timmy Ward, 42nd Street"
+
+
+def embedder_signature(embedder: Embedder) -> str:
+    """What tells one embedding model from another: the embedder's own `signature` if it has one,
+    else the 16 largest components (by magnitude) of a fixed probe text's embedding, a shape that
+    another model changes and another execution provider (CPU or GPU rounding) does not."""
+    own = getattr(embedder, "signature", None)
+    if isinstance(own, str) and own:
+        return own
+    probe = checked_embeddings(embedder, [SIGNATURE_PROBE])[0]
+    largest = sorted(numpy.argsort(-numpy.abs(probe), kind="stable")[:16].tolist())
+    return f"{embedder.dimension}d:" + ",".join(str(i) for i in largest)
+
+
+def checked_embeddings(
+    embedder: Embedder, texts: Sequence[str]
+) -> numpy.ndarray[Any, numpy.dtype[numpy.float32]]:
+    """The embedder's output for `texts`, verified to be one finite 384-d row per text."""
+    matrix = numpy.asarray(embedder.embed(texts), dtype=numpy.float32)
+    if matrix.shape != (len(texts), EMBEDDING_DIMENSION):
+        raise ValueIndexError(
+            f"the embedder returned an array of shape {matrix.shape} for {len(texts)} texts; "
+            f"the value index stores {EMBEDDING_DIMENSION}-dimensional embeddings"
+        )
+    if not numpy.isfinite(matrix).all():
+        raise ValueIndexError("the embedder returned NaN or infinite numbers")
+    return matrix
