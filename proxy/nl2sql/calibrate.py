@@ -345,6 +345,12 @@ def calibrate(
     levels: Sequence[Level] = MULTI_LEVEL,
 ) -> CalibrationResult:
     """Calibrate every text predicate of one SQL statement. See the module docstring."""
+    if method not in METHODS:
+        raise ValueError(
+            f"unknown similarity method {method!r}: use char, trigram, semantic, glove or hybrid"
+        )
+    if not levels or any(level not in MULTI_LEVEL for level in levels):
+        raise ValueError(f"levels must be some of {', '.join(MULTI_LEVEL)}, not {levels!r}")
     try:
         statements = parse_sql(sql)
     except ParseError as exc:

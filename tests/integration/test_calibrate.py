@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from proxy.migrate import migrate
-from proxy.nl2sql.calibrate import DatabaseCatalog, calibrate
+from proxy.nl2sql.calibrate import DatabaseCatalog, Method, calibrate
 from proxy.nl2sql.database import PsycopgDatabase
 from proxy.runtime import load_embedder
 from proxy.valueindex import ColumnRef, ValueIndex, build_index
@@ -139,3 +139,31 @@ def test_a_column_dropped_since_indexing_is_no_crash(
     assert result.sql == "SELECT name FROM pets WHERE species = 'dgo'"
     result = calibrate("SELECT name FROM pets WHERE name = 'rex'", index, catalog)
     assert result.sql == "SELECT name FROM pets WHERE name = 'Rex'"
+
+
+CITY = "SELECT id FROM students WHERE home_city = "
+STATE = "SELECT id FROM students WHERE home_state = "
+
+
+@pytest.mark.parametrize(
+    ("method", "sql", "expected"),
+    [
+        ("char", CITY + "'Honolullu'", CITY + "'Honolulu'"),
+        ("trigram", CITY + "'Honolullu'", CITY + "'Honolulu'"),
+        ("semantic", STATE + "'New York City'", STATE + "'New York'"),
+        ("glove", STATE + "'new york city'", STATE + "'New York'"),
+        ("hybrid", CITY + "'Honolullu'", CITY + "'Honolulu'"),
+    ],
+)
+def test_each_similarity_method_can_be_chosen(
+    lookups: tuple[ValueIndex, DatabaseCatalog], method: Method, sql: str, expected: str
+) -> None:
+    index, catalog = lookups
+    result = calibrate(sql, index, catalog, method=method, levels=("column",))
+    assert result.sql == expected, result.notes
+
+
+def test_an_unknown_method_is_refused(lookups: tuple[ValueIndex, DatabaseCatalog]) -> None:
+    index, catalog = lookups
+    with pytest.raises(ValueError, match="char, trigram, semantic, glove or hybrid"):
+        calibrate("SELECT 1", index, catalog, method="fuzzy")  # type: ignore[arg-type]
