@@ -10,5 +10,5 @@ setup(
     package_dir={"proxy.migrations": "migrations"},
     ext_modules=[
         Extension("proxy.wire._framing", ["proxy/wire/_framing.c"], optional=True),
-    ]
+    ],
 )
