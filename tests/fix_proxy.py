@@ -109,6 +109,15 @@ def proxy(postgres: Postgres) -> Iterator[RunningProxy]:
 
 
 @pytest.fixture
+def proxy_stays_healthy(proxy: RunningProxy) -> Iterator[None]:
+    """The shared proxy is alive after the test and logged no internal error during it."""
+    before = len(proxy.internal_errors())
+    yield
+    assert proxy.alive()
+    assert proxy.internal_errors()[before:] == []
+
+
+@pytest.fixture
 def make_proxy(postgres: Postgres) -> Iterator[Callable[..., RunningProxy]]:
     """A factory for proxies of a test's own (other flags, other upstreams)."""
     started: list[RunningProxy] = []

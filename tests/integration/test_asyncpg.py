@@ -21,7 +21,7 @@ import io
 import ipaddress
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import asyncpg
@@ -29,18 +29,10 @@ import pytest
 
 from tests.fix_proxy import RunningProxy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("proxy_stays_healthy")]
 
 T = TypeVar("T")
 Conn = asyncpg.Connection
-
-
-@pytest.fixture(autouse=True)
-def _proxy_stays_healthy(proxy: RunningProxy) -> Iterator[None]:
-    before = len(proxy.internal_errors())
-    yield
-    assert proxy.alive()
-    assert proxy.internal_errors()[before:] == []
 
 
 def with_connection(proxy: RunningProxy, body: Callable[[Conn], Awaitable[T]]) -> T:

@@ -24,21 +24,13 @@ from psycopg import sql
 from tests.fix_pg import Postgres
 from tests.fix_proxy import RunningProxy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("proxy_stays_healthy")]
 
 Conn = psycopg.Connection[tuple[object, ...]]
 Row = tuple[int, str, bytes, int | None]
 NULL = "\\N"  # NULL in COPY text format
 
 _PIECES = ["a", "bc", "\t", "\n", "\r", "\\", "é", "日本", "🐘", " ", "N", ".", "x" * 40]
-
-
-@pytest.fixture(autouse=True)
-def _proxy_stays_healthy(proxy: RunningProxy) -> Iterator[None]:
-    before = len(proxy.internal_errors())
-    yield
-    assert proxy.alive()
-    assert proxy.internal_errors()[before:] == []
 
 
 @pytest.fixture

@@ -30,18 +30,11 @@ JAR = Path("/usr/share/java/postgresql.jar")
 MAIN = Path(__file__).parent / "jdbc" / "Main.java"
 
 pytestmark = [
+    pytest.mark.usefixtures("proxy_stays_healthy"),
     pytest.mark.integration,
     pytest.mark.skipif(JAVA is None, reason="java (JDK 11+ for source launch) is not installed"),
     pytest.mark.skipif(not JAR.exists(), reason=f"pgjdbc is not installed ({JAR} is missing)"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _proxy_stays_healthy(proxy: RunningProxy) -> Iterator[None]:
-    before = len(proxy.internal_errors())
-    yield
-    assert proxy.alive()
-    assert proxy.internal_errors()[before:] == []
 
 
 @pytest.fixture

@@ -25,17 +25,9 @@ import pytest
 from tests.fix_pg import Postgres
 from tests.fix_proxy import RunningProxy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("proxy_stays_healthy")]
 
 Conn = psycopg.Connection[tuple[object, ...]]
-
-
-@pytest.fixture(autouse=True)
-def _proxy_stays_healthy(proxy: RunningProxy) -> Iterator[None]:
-    before = len(proxy.internal_errors())
-    yield
-    assert proxy.alive()
-    assert proxy.internal_errors()[before:] == []
 
 
 @pytest.fixture

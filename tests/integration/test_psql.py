@@ -31,6 +31,7 @@ PSQL = shutil.which("psql") or "/usr/bin/psql"
 PASSWORD = "pgnl"  # the postgres role's (tests/fix_pg.py)
 
 pytestmark = [
+    pytest.mark.usefixtures("proxy_stays_healthy"),
     pytest.mark.integration,
     pytest.mark.skipif(not os.path.exists(PSQL), reason="psql is not installed"),
 ]
@@ -73,14 +74,6 @@ def psql_env(password: str) -> dict[str, str]:
 def ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, f"psql failed ({result.returncode}): {result.stderr}"
     return result.stdout
-
-
-@pytest.fixture(autouse=True)
-def _proxy_stays_healthy(proxy: RunningProxy) -> Iterator[None]:
-    before = len(proxy.internal_errors())
-    yield
-    assert proxy.alive()
-    assert proxy.internal_errors()[before:] == []
 
 
 @pytest.fixture
