@@ -13,16 +13,18 @@ Roles, one for each way of authenticating the proxy must relay (pg_hba.conf is f
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from proxy.config import EmbeddedSettings
 from proxy.embedded import EmbeddedPostgres
@@ -54,8 +56,43 @@ class Postgres:
             password = "pgnl" if user == "postgres" else ROLES[user][0]
         return self.server.dsn(dbname, user=user, password=password)
 
-    def connect(self, **kwargs: object) -> psycopg.Connection[tuple[object, ...]]:
-        return psycopg.connect(self.dsn(), autocommit=True, **kwargs)  # type: ignore[arg-type]
+    def connect(
+        self, dbname: str = TEST_DB, user: str = "postgres"
+    ) -> psycopg.Connection[tuple[object, ...]]:
+        """An autocommit connection straight to PostgreSQL (not through the proxy)."""
+        return psycopg.connect(self.dsn(user=user, dbname=dbname), autocommit=True)
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture
+def make_database(postgres: Postgres) -> Iterator[Callable[..., str]]:
+    """A factory of databases of the test's own: `make(setup_sql="", migrated=False)` creates
+    one (with the nl schema when `migrated`, then `setup_sql` run in it) and returns its name;
+    all are dropped after the test."""
+    from proxy.migrate import migrate
+
+    made: list[str] = []
+
+    def make(setup_sql: str = "", migrated: bool = False) -> str:
+        name = f"pgnl_t{os.getpid()}_{next(_databases)}"
+        with postgres.connect("postgres") as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        made.append(name)
+        with postgres.connect(name) as conn:
+            if migrated:
+                migrate(conn)
+            if setup_sql:
+                conn.execute(setup_sql.encode())
+        return name
+
+    yield make
+    with postgres.connect("postgres") as conn:
+        for name in made:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 @pytest.fixture(scope="session")

@@ -63,6 +63,17 @@ class RunningProxy:
         return self.process.returncode
 
 
+def run_pgnl(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the `pgnl` command (as `python -m proxy`) to completion, capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def start_proxy(upstream_port: int, *extra: str, env: dict[str, str] | None = None) -> RunningProxy:
     """Start `pgnl serve` on a free port and wait for its `listening:` line."""
     process = subprocess.Popen(

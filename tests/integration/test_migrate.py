@@ -4,12 +4,9 @@ the extensions, and the command line."""
 
 from __future__ import annotations
 
-import itertools
-import os
 import subprocess
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -24,36 +21,21 @@ from proxy.migrate import (
     shipped_migrations,
 )
 from tests.fix_pg import Postgres
+from tests.fix_proxy import run_pgnl
 
 pytestmark = pytest.mark.integration
 
-_numbers = itertools.count()
-
 
 @pytest.fixture
-def new_database(postgres: Postgres) -> Iterator[Callable[[], str]]:
+def new_database(make_database: Callable[..., str]) -> Callable[[], str]:
     """A factory of empty databases of this test's own, dropped at the end."""
-    made: list[str] = []
-
-    def make() -> str:
-        name = f"pgnl_migrate_{os.getpid()}_{next(_numbers)}"
-        with postgres.connect() as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        made.append(name)
-        return name
-
-    yield make
-    with postgres.connect() as conn:
-        for name in made:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    return make_database
 
 
 def connect(
     postgres: Postgres, dbname: str, user: str = "postgres"
 ) -> psycopg.Connection[tuple[object, ...]]:
-    return psycopg.connect(postgres.dsn(user=user, dbname=dbname), autocommit=True)
+    return postgres.connect(dbname, user)
 
 
 SHIPPED = [m.name for m in shipped_migrations()]
@@ -258,13 +240,7 @@ def test_missing_or_old_pgvector_messages_say_what_to_install() -> None:
 
 
 def pgnl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "proxy", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_pgnl(*args, timeout=120)
 
 
 def test_command_line_migrates_and_reports_errors_without_traceback(

@@ -4,21 +4,16 @@ usage, row-level security), the look-ups, columns that vanish, and `pgnl index`.
 
 from __future__ import annotations
 
-import itertools
-import os
 import subprocess
-import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy
 import psycopg
 import pytest
-from psycopg import sql
 
 from proxy.config import IndexSettings
-from proxy.migrate import migrate
 from proxy.nl2sql.database import PsycopgDatabase
 from proxy.runtime import load_embedder
 from proxy.valueindex import (
@@ -40,11 +35,11 @@ from proxy.valueindex.scan import (
     value_shape,
 )
 from tests.fix_pg import Postgres
+from tests.fix_proxy import run_pgnl
 
 pytestmark = pytest.mark.integration
 
 Connection = psycopg.Connection[tuple[Any, ...]]
-_numbers = itertools.count()
 
 SAMPLE = """
 CREATE TYPE mood AS ENUM ('happy', 'sad', 'curious');
@@ -101,32 +96,14 @@ def embedder() -> Embedder:
 
 
 @pytest.fixture
-def new_database(postgres: Postgres) -> Iterator[Callable[..., str]]:
+def new_database(make_database: Callable[..., str]) -> Callable[..., str]:
     """A factory of migrated databases of this test's own holding `setup` SQL, dropped at the
     end."""
-    made: list[str] = []
-
-    def make(setup: str, migrated: bool = True) -> str:
-        name = f"pgnl_valueindex_{os.getpid()}_{next(_numbers)}"
-        with postgres.connect() as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        made.append(name)
-        with connect(postgres, name) as conn:
-            if migrated:
-                migrate(conn)
-            conn.execute(setup.encode())
-        return name
-
-    yield make
-    with postgres.connect() as conn:
-        for name in made:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    return lambda setup, migrated=True: make_database(setup, migrated=migrated)
 
 
 def connect(postgres: Postgres, dbname: str, user: str = "postgres") -> Connection:
-    return psycopg.connect(postgres.dsn(user=user, dbname=dbname), autocommit=True)
+    return postgres.connect(dbname, user)
 
 
 def build(conn: Connection, embedder: Embedder, **settings: Any) -> BuildReport:
@@ -612,13 +589,7 @@ def test_lookups_in_a_database_without_the_index_say_what_to_run(
 
 
 def pgnl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "proxy", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_pgnl(*args)
 
 
 def test_command_line_builds_with_progress_and_prints_a_summary(
