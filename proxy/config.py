@@ -149,6 +149,14 @@ class IndexSettings:
     batch_size: int = field(
         default=256, metadata=_doc("Values embedded per ONNX batch while indexing.")
     )
+    bulk_min_values: int = field(
+        default=2000,
+        metadata=_doc(
+            "A refresh that adds at least this many values, and at least as many as the index "
+            "holds, drops the HNSW and trigram indexes and builds them again in one pass (much "
+            "faster than row by row; look-ups meanwhile scan the table)."
+        ),
+    )
 
 
 @dataclass

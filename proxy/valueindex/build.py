@@ -13,7 +13,10 @@ so that a role that would see only some rows is told so instead of indexing part
 lock_timeout, so that a table locked by DDL is skipped, its previous entries kept, rather than
 waited for). Each column is written in one short transaction, after its values are embedded, so
 readers see a column either as it was or as it is, never half done. A session-level advisory lock
-makes concurrent refreshes take turns. Rows go in with COPY, the embedding as pgvector's text form.
+makes concurrent refreshes take turns. Rows go in with binary COPY (the embedding in pgvector's
+binary form). A bulk refresh (the first, or one that adds as many values as the index holds)
+drops the HNSW and trigram indexes first and builds them once at the end: maintaining an HNSW
+graph row by row costs several times more than building it in one pass.
 
 Frequencies are the number of rows holding each value, except in tables with row-level security
 enabled, where they are recorded as 0: a count over all rows would tell a role about rows it
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import struct
 import sys
 import time
 from collections.abc import Sequence
@@ -44,7 +48,7 @@ from proxy.valueindex.common import (
     checked_embeddings,
     embedder_signature,
     normalise,
-    vector_literal,
+    quote_ident,
 )
 from proxy.valueindex.progress import Progress
 from proxy.valueindex.scan import (
@@ -75,6 +79,7 @@ class BuildReport:
     values_embedded: int = 0
     values_removed: int = 0
     seconds: float = 0.0
+    bulk: bool = False  # the search indexes were dropped and built again in one pass
 
     @property
     def values_per_second(self) -> float:
@@ -91,7 +96,8 @@ class BuildReport:
             f"{len(self.added)} new, {len(self.changed)} changed, {len(self.unchanged)} "
             f"unchanged; {len(self.removed)} removed, {len(self.skipped)} skipped",
             f"embedded {self.values_embedded:,} values in {self.seconds:.1f} s "
-            f"({self.values_per_second:,.0f} values/s); removed {self.values_removed:,} values",
+            f"({self.values_per_second:,.0f} values/s); removed {self.values_removed:,} values"
+            + ("; search indexes rebuilt in one pass" if self.bulk else ""),
         ]
         for title, entries in (("removed", self.removed), ("skipped", self.skipped)):
             if entries:
@@ -107,6 +113,7 @@ class _Stored:
     attnum: int
     fingerprint: str
     embedder: str
+    value_count: int
 
 
 class _Unreadable(Exception):
@@ -160,11 +167,11 @@ def _check_ready(conn: psycopg.Connection[Any], embedder: Embedder) -> None:
 def _stored_columns(conn: psycopg.Connection[Any]) -> dict[ColumnRef, _Stored]:
     rows = conn.execute(
         "SELECT schema_name, table_name, column_name, schema_oid, table_oid, column_attnum, "
-        "fingerprint, embedder FROM nl.value_index_columns"
+        "fingerprint, embedder, value_count FROM nl.value_index_columns"
     ).fetchall()
     return {
-        ColumnRef(s, t, c): _Stored(int(so), int(to), int(a), fp, e)
-        for s, t, c, so, to, a, fp, e in rows
+        ColumnRef(s, t, c): _Stored(int(so), int(to), int(a), fp, e, int(n))
+        for s, t, c, so, to, a, fp, e, n in rows
     }
 
 
@@ -208,14 +215,32 @@ def _read(
 
 def _embed(
     embedder: Embedder, values: Sequence[str], batch_size: int, progress: Progress
-) -> list[str]:
-    literals: list[str] = []
+) -> list[bytes]:
+    """Each value's embedding in pgvector's binary form (int16 dimension, int16 0, float4s)."""
+    vectors: list[bytes] = []
     step = max(batch_size, 1)
     for start in range(0, len(values), step):
         batch = values[start : start + step]
-        literals += [vector_literal(row) for row in checked_embeddings(embedder, batch)]
+        matrix = checked_embeddings(embedder, batch).astype(">f4")
+        head = _VECTOR_HEAD.pack(matrix.shape[1], 0)
+        vectors += [head + row.tobytes() for row in matrix]
         progress.embedded(len(batch))
-    return literals
+    return vectors
+
+
+# COPY's binary format (PostgreSQL documentation, "COPY — Binary Format"): writing the 384
+# floats of an embedding as text costs more than computing it.
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
+_COPY_TRAILER = struct.pack("!h", -1)
+_VECTOR_HEAD = struct.Struct("!HH")
+_FIELD_LENGTH = struct.Struct("!i")
+
+
+def _binary_copy_row(fields: Sequence[bytes]) -> bytes:
+    out = [struct.pack("!h", len(fields))]
+    for data in fields:
+        out += [_FIELD_LENGTH.pack(len(data)), data]
+    return b"".join(out)
 
 
 def _write_column(
@@ -258,7 +283,7 @@ def _write_column(
         for value, count in current.items()
         if value in existing and (moved or existing[value] != count)
     ]
-    literals = _embed(embedder, new_values, settings.batch_size, progress)
+    vectors = _embed(embedder, new_values, settings.batch_size, progress)
     with conn.transaction(), conn.cursor() as cur:
         if reembed:
             cur.execute(
@@ -291,23 +316,32 @@ def _write_column(
                 ],
             )
         if new_values:
+            source = [
+                ref.schema.encode(),
+                ref.table.encode(),
+                ref.column.encode(),
+                struct.pack("!I", column.schema_oid),
+                struct.pack("!I", column.table_oid),
+                struct.pack("!h", column.attnum),
+            ]
+            rows = [
+                _binary_copy_row(
+                    [
+                        *source,
+                        value.encode(),
+                        normalise(value).encode(),
+                        struct.pack("!q", current[value]),
+                        vector,
+                    ]
+                )
+                for value, vector in zip(new_values, vectors, strict=True)
+            ]
             with cur.copy(
                 "COPY nl.value_index (schema_name, table_name, column_name, schema_oid, "
-                "table_oid, column_attnum, value, normalised, frequency, embedding) FROM STDIN"
+                "table_oid, column_attnum, value, normalised, frequency, embedding) "
+                "FROM STDIN (FORMAT binary)"
             ) as copy:
-                for value, literal in zip(new_values, literals, strict=True):
-                    copy.write_row(
-                        (
-                            *names,
-                            column.schema_oid,
-                            column.table_oid,
-                            column.attnum,
-                            value,
-                            normalise(value),
-                            current[value],
-                            literal,
-                        )
-                    )
+                copy.write(_COPY_HEADER + b"".join(rows) + _COPY_TRAILER)
         cur.execute(
             """
             INSERT INTO nl.value_index_columns AS c
@@ -363,6 +397,41 @@ def _mark_checked(conn: psycopg.Connection[Any], refs: Sequence[ColumnRef]) -> N
         )
 
 
+def _restore_deferred(conn: psycopg.Connection[Any], progress: Progress) -> None:
+    """Build again the search indexes a bulk refresh dropped (also one that was interrupted)."""
+    pending = conn.execute(
+        "SELECT index_name, definition FROM nl.value_index_deferred ORDER BY index_name"
+    ).fetchall()
+    for name, definition in pending:
+        progress.note(f"building index {name}")
+        with conn.transaction():
+            conn.execute("SET LOCAL maintenance_work_mem = '1GB'")
+            conn.execute(f"{definition}".encode())
+            conn.execute("DELETE FROM nl.value_index_deferred WHERE index_name = %s", [name])
+
+
+def _defer_search_indexes(conn: psycopg.Connection[Any]) -> None:
+    """Drop the HNSW and trigram indexes, keeping their definitions to build them again."""
+    with conn.transaction():
+        indexes = conn.execute(
+            "SELECT i.relname, pg_get_indexdef(i.oid) FROM pg_index x "
+            "JOIN pg_class i ON i.oid = x.indexrelid "
+            "WHERE x.indrelid = 'nl.value_index'::regclass AND NOT x.indisprimary"
+        ).fetchall()
+        for name, definition in indexes:
+            conn.execute(
+                "INSERT INTO nl.value_index_deferred (index_name, definition) VALUES (%s, %s)",
+                [name, definition],
+            )
+            conn.execute(f"DROP INDEX nl.{quote_ident(str(name))}".encode())
+
+
+def _new_values_estimate(values: ColumnValues, previous: _Stored | None, signature: str) -> int:
+    if previous is None or previous.embedder != signature:
+        return len(values.values)
+    return max(0, len(values.values) - previous.value_count)
+
+
 def build_index(
     conn: psycopg.Connection[Any],
     embedder: Embedder,
@@ -395,6 +464,10 @@ def build_index(
             tracker = Progress(stream, len(eligible))
             kept: set[ColumnRef] = set()
             try:
+                _restore_deferred(conn, tracker)
+                # First read every column, so that the whole refresh's size is known before a
+                # row is written; then write the columns that changed.
+                to_write: list[tuple[ColumnInfo, ColumnValues, str]] = []
                 for column in eligible:
                     tracker.column_started(column.ref)
                     try:
@@ -423,21 +496,35 @@ def build_index(
                         == (column.schema_oid, column.table_oid, column.attnum)
                     ):
                         report.unchanged.append(column.ref)
+                        tracker.column_done()
                     else:
-                        embedded, removed = _write_column(
-                            conn,
-                            column,
-                            values=outcome,
-                            column_fingerprint=column_fingerprint,
-                            stored=previous,
-                            embedder=embedder,
-                            signature=signature,
-                            settings=settings,
-                            progress=tracker,
-                        )
-                        report.values_embedded += embedded
-                        report.values_removed += removed
-                        (report.added if previous is None else report.changed).append(column.ref)
+                        to_write.append((column, outcome, column_fingerprint))
+                coming = sum(
+                    _new_values_estimate(values, stored.get(column.ref), signature)
+                    for column, values, _ in to_write
+                )
+                row = conn.execute("SELECT count(*) FROM nl.value_index").fetchone()
+                held = int(row[0]) if row else 0
+                if coming >= max(settings.bulk_min_values, held):
+                    report.bulk = True
+                    _defer_search_indexes(conn)
+                for column, values, column_fingerprint in to_write:
+                    tracker.column_started(column.ref)
+                    previous = stored.get(column.ref)
+                    embedded, removed = _write_column(
+                        conn,
+                        column,
+                        values=values,
+                        column_fingerprint=column_fingerprint,
+                        stored=previous,
+                        embedder=embedder,
+                        signature=signature,
+                        settings=settings,
+                        progress=tracker,
+                    )
+                    report.values_embedded += embedded
+                    report.values_removed += removed
+                    (report.added if previous is None else report.changed).append(column.ref)
                     tracker.column_done()
                 _mark_checked(conn, report.unchanged)
                 indexed = set(report.indexed) | kept
@@ -451,6 +538,7 @@ def build_index(
                     )
                     report.values_removed += _remove_column(conn, ref)
             finally:
+                _restore_deferred(conn, tracker)
                 report.seconds = time.monotonic() - started
                 tracker.close()
     return report

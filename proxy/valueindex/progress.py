@@ -43,6 +43,12 @@ class Progress:
         self.values_embedded += count
         self._draw()
 
+    def note(self, what: str) -> None:
+        """Say what is being done between columns (an index being built)."""
+        if self.stream is not None:
+            self.stream.write(what + "\n")
+            self.stream.flush()
+
     def column_done(self) -> None:
         self.columns_done += 1
         self._draw()

@@ -691,3 +691,51 @@ def test_scopes_name_a_column_a_table_or_the_database() -> None:
         Scope("public")
     with pytest.raises(ValueError, match="within a table"):
         Scope("public", None, "name")
+
+
+def search_indexes(conn: Connection) -> set[str]:
+    rows = conn.execute(
+        "SELECT indexname FROM pg_indexes WHERE schemaname = 'nl' AND tablename = 'value_index' "
+        "AND indexname <> 'value_index_pkey'"
+    ).fetchall()
+    return {str(name) for (name,) in rows}
+
+
+def test_a_bulk_refresh_rebuilds_the_search_indexes_in_one_pass(
+    postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
+) -> None:
+    db = new_database(SAMPLE)
+    with connect(postgres, db) as conn:
+        before = search_indexes(conn)
+        assert before == {"value_index_embedding", "value_index_trigram"}
+        first = build(conn, embedder, bulk_min_values=10)
+        assert first.bulk and first.values_embedded >= 10
+        assert search_indexes(conn) == before
+        assert conn.execute("SELECT count(*) FROM nl.value_index_deferred").fetchone() == (0,)
+        index = ValueIndex(PsycopgDatabase(conn), embedder)
+        assert index.search_trigram("Timothy", Scope.database(), 3)
+        conn.execute("INSERT INTO people (name) VALUES ('Zebedee')")
+        small = build(conn, embedder, bulk_min_values=10)
+        assert not small.bulk and small.values_embedded == 1  # a small refresh keeps them
+
+
+def test_indexes_dropped_by_an_interrupted_bulk_refresh_are_rebuilt(
+    postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
+) -> None:
+    db = new_database(SAMPLE)
+    with connect(postgres, db) as conn:
+        build(conn, embedder)
+        definition = conn.execute(
+            "SELECT pg_get_indexdef('nl.value_index_embedding'::regclass)"
+        ).fetchone()
+        assert definition is not None
+        # what a refresh killed between dropping and rebuilding leaves behind
+        conn.execute(
+            "INSERT INTO nl.value_index_deferred (index_name, definition) VALUES (%s, %s)",
+            ["value_index_embedding", definition[0]],
+        )
+        conn.execute("DROP INDEX nl.value_index_embedding")
+        report = build(conn, embedder)
+        assert report.values_embedded == 0
+        assert "value_index_embedding" in search_indexes(conn)
+        assert conn.execute("SELECT count(*) FROM nl.value_index_deferred").fetchone() == (0,)
