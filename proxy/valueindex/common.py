@@ -32,6 +32,10 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> numpy.ndarray[Any, Any]: ...
 
 
+HNSW_EF_SEARCH = 200
+"""hnsw.ef_search of semantic look-ups (set on nl.search_semantic by migrations/0005)."""
+
+
 @dataclass(frozen=True, order=True)
 class ColumnRef:
     """A column, by name: schema, table, column."""

@@ -27,6 +27,7 @@ from proxy.valueindex import (
     normalise,
 )
 from proxy.valueindex import build as build_module
+from proxy.valueindex.common import HNSW_EF_SEARCH
 from proxy.valueindex.scan import (
     ColumnInfo,
     discover_columns,
@@ -739,3 +740,17 @@ def test_indexes_dropped_by_an_interrupted_bulk_refresh_are_rebuilt(
         assert report.values_embedded == 0
         assert "value_index_embedding" in search_indexes(conn)
         assert conn.execute("SELECT count(*) FROM nl.value_index_deferred").fetchone() == (0,)
+
+
+def test_semantic_lookups_search_with_the_documented_ef_search(
+    postgres: Postgres, new_database: Callable[..., str]
+) -> None:
+    db = new_database("")
+    with connect(postgres, db) as conn:
+        row = conn.execute(
+            "SELECT proconfig FROM pg_proc WHERE oid = "
+            "'nl.search_semantic(text, integer, text, text, text)'::regprocedure"
+        ).fetchone()
+    assert row is not None
+    assert f"hnsw.ef_search={HNSW_EF_SEARCH}" in row[0]
+    assert "hnsw.iterative_scan=relaxed_order" in row[0]
