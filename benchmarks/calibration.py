@@ -74,7 +74,7 @@ from psycopg import sql
 from benchmarks.perturb import KINDS, Case, Composition, build_cases
 from benchmarks.proxy_overhead import free_port, workspace
 from benchmarks.spider_pg import DEV_DATABASES, database_dsn, load_dev_databases
-from proxy.config import EmbeddedSettings, IndexSettings
+from proxy.config import IndexSettings
 from proxy.embedded import EmbeddedError, EmbeddedPostgres
 from proxy.migrate import migrate
 from proxy.nl2sql import similarity
@@ -155,17 +155,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def start_postgres(base: Path, stack: contextlib.ExitStack) -> EmbeddedPostgres:
-    home = base / "postgres"
-    home.mkdir()
-    settings = EmbeddedSettings(
-        data_dir=str(home / "data"),
-        port=free_port(),
-        instance=f"pgnl-calibration-{os.getpid()}",
-    )
-    server = EmbeddedPostgres(settings)
-    # `pg0 drop` deletes the data directory as the account that runs PostgreSQL: it needs a
-    # parent that account may write to.
-    server.chown_to_owner(home)
+    server = EmbeddedPostgres.throwaway(base, f"pgnl-calibration-{os.getpid()}", free_port())
     stack.callback(server.drop)
     progress(f"starting the embedded PostgreSQL on 127.0.0.1:{server.port}")
     server.start(SERVER_SETTINGS)

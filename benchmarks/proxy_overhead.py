@@ -60,7 +60,6 @@ from typing import IO
 
 import psycopg
 
-from proxy.config import EmbeddedSettings
 from proxy.embedded import DEFAULT_HBA, EmbeddedError, EmbeddedPostgres
 
 ROLE = "bench"
@@ -174,17 +173,7 @@ class Service:
 
 
 def start_postgres(base: Path, stack: contextlib.ExitStack) -> EmbeddedPostgres:
-    home = base / "postgres"
-    home.mkdir()
-    settings = EmbeddedSettings(
-        data_dir=str(home / "data"),
-        port=free_port(),
-        instance=f"pgnl-bench-{os.getpid()}",
-    )
-    server = EmbeddedPostgres(settings)
-    # `pg0 drop` runs as the account that runs PostgreSQL: it can delete the data directory (and
-    # then forget the instance) only from a parent that account may write to.
-    server.chown_to_owner(home)
+    server = EmbeddedPostgres.throwaway(base, f"pgnl-bench-{os.getpid()}", free_port())
     stack.callback(server.drop)
     progress(f"starting the embedded PostgreSQL on 127.0.0.1:{server.port}")
     server.start(SERVER_SETTINGS)

@@ -108,6 +108,19 @@ class EmbeddedPostgres:
         self._pg0 = self._install_launcher()
         self._started_here = False
 
+    @classmethod
+    def throwaway(cls, scratch: Path, instance: str, port: int) -> EmbeddedPostgres:
+        """A server (not started) whose data lives in a new folder under the scratch folder
+        `scratch` (made traversable for the account that runs PostgreSQL); `drop()` deletes it.
+        For tests and benchmarks."""
+        scratch.chmod(0o755)
+        home = scratch / "postgres"
+        home.mkdir()
+        server = cls(EmbeddedSettings(data_dir=str(home / "data"), port=port, instance=instance))
+        # `pg0 drop` deletes the data directory as that account: it must own the parent.
+        server.chown_to_owner(home)
+        return server
+
     # ------------------------------------------------------------ set-up
 
     def _choose_account(self) -> _Account:

@@ -26,7 +26,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from proxy.config import EmbeddedSettings
 from proxy.embedded import EmbeddedPostgres
 
 ROLES = {
@@ -98,15 +97,8 @@ def make_database(postgres: Postgres) -> Iterator[Callable[..., str]]:
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres]:
     base = Path(tempfile.mkdtemp(prefix="pgnl-test-"))
-    base.chmod(0o755)  # the account that runs PostgreSQL must reach its data directory
     port = free_port()
-    settings = EmbeddedSettings(
-        data_dir=str(base / "data"), port=port, instance=f"pgnl-test-{os.getpid()}"
-    )
-    server = EmbeddedPostgres(settings)
-    # `pg0 drop` runs as the account that runs PostgreSQL and deletes the data directory: the
-    # account must own its parent.
-    server.chown_to_owner(base)
+    server = EmbeddedPostgres.throwaway(base, f"pgnl-test-{os.getpid()}", port)
     server.start({"fsync": "off", "max_connections": "300", "log_min_messages": "warning"})
     try:
         hba = [f"host all {role} 127.0.0.1/32 {method}" for role, (_, method) in ROLES.items()]
