@@ -78,14 +78,6 @@ class StartupMessage:
     parameters: dict[str, str]
     raw: bytes = field(default=b"", compare=False, repr=False)
 
-    @property
-    def major(self) -> int:
-        return self.version >> 16
-
-    @property
-    def minor(self) -> int:
-        return self.version & 0xFFFF
-
     def encode(self) -> bytes:
         if self.raw:
             return self.raw
@@ -235,16 +227,6 @@ class ReadyForQuery:
         return typed(self.KIND, self.status)
 
 
-@dataclass(frozen=True)
-class ParameterStatus:
-    KIND: ClassVar[bytes] = b"S"
-    name: str
-    value: str
-
-    def encode(self) -> bytes:
-        return typed(self.KIND, self.name.encode() + b"\0" + self.value.encode() + b"\0")
-
-
 # Field codes of ErrorResponse and NoticeResponse.
 SEVERITY = "S"
 SEVERITY_V = "V"
@@ -256,7 +238,7 @@ HINT = "H"
 
 @dataclass(frozen=True)
 class ErrorResponse:
-    """An ErrorResponse ('E') or, with `KIND = b"N"`, a NoticeResponse: a list of coded fields."""
+    """An ErrorResponse: a list of coded fields (a NoticeResponse has the same shape)."""
 
     KIND: ClassVar[bytes] = b"E"
     fields: dict[str, str]
@@ -288,11 +270,6 @@ class ErrorResponse:
             code.encode() + value.encode() + b"\0" for code, value in self.fields.items()
         )
         return typed(self.KIND, body + b"\0")
-
-
-@dataclass(frozen=True)
-class NoticeResponse(ErrorResponse):
-    KIND: ClassVar[bytes] = b"N"
 
 
 def split_messages(data: bytes) -> list[tuple[bytes, bytes]]:
