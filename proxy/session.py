@@ -113,9 +113,6 @@ class CancelKeys:
     def release(self, issued: BackendKeyData) -> None:
         self._keys.pop((issued.pid, issued.secret), None)
 
-    def __len__(self) -> int:
-        return len(self._keys)
-
 
 class Session:
     """See the module docstring. Feed it with `client_data` and `server_data`."""
