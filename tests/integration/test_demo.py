@@ -47,17 +47,30 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, str]) -> None:
+@contextlib.contextmanager
+def pgnl_running(command: str, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`pgnl <command>` as a process, with the first line it printed; killed if still running."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "demo"],
-        env=demo_env,
+        [sys.executable, "-m", "proxy", command],
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert process.stdout is not None
-        line = process.stdout.readline()
+        yield process, process.stdout.readline()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, str]) -> None:
+    with pgnl_running("demo", demo_env) as (process, line):
         assert line.startswith("ready: postgresql://"), line
         dsn = line.removeprefix("ready: ").strip()
         result = subprocess.run(
@@ -84,13 +97,6 @@ def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, s
         postgres_port = int(demo_env["PGNL_EMBEDDED_PORT"])
         proxy_port = int(demo_env["PGNL_PROXY_LISTEN"].rpartition(":")[2])
         assert not port_open(proxy_port) and not port_open(postgres_port)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def test_taken_port_is_a_clear_error(demo_env: dict[str, str]) -> None:
@@ -111,16 +117,7 @@ def test_taken_port_is_a_clear_error(demo_env: dict[str, str]) -> None:
 def test_serve_without_upstream_uses_the_embedded_server(demo_env: dict[str, str]) -> None:
     """`pgnl serve` with no upstream starts the embedded PostgreSQL; SIGTERM stops both, and a
     connected client is told why its connection ends (57P01)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve"],
-        env=demo_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
+    with pgnl_running("serve", demo_env) as (process, line):
         assert line.startswith("listening: "), line
         host, _, port = line.removeprefix("listening: ").strip().rpartition(":")
         dsn = f"postgresql://postgres:pgnl@{host}:{port}/postgres"
@@ -138,10 +135,3 @@ def test_serve_without_upstream_uses_the_embedded_server(demo_env: dict[str, str
                 conn.execute("SELECT 1")
             assert "pgnl is shutting down" in str(caught.value)
         assert not port_open(int(demo_env["PGNL_EMBEDDED_PORT"]))
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
