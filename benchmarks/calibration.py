@@ -692,6 +692,7 @@ class Synthetic:
     query_cosine: float  # mean cosine of a query to its source
     real_nn: float  # median cosine of a real row to its nearest other real row
     generated_nn: float  # the same for generated rows, among all rows (nan: none generated)
+    description: str = ""  # how the rows were made, where not by noise (--rows embedded)
 
 
 def synthesise(
@@ -744,6 +745,57 @@ def synthesise(
         query_cosine=float(numpy.mean(numpy.sum(query * base[source], 1))),
         real_nn=real_nn,
         generated_nn=generated_nn,
+    )
+
+
+def embedded_rows(labels: list[str], size: int, queries: int) -> Synthetic:
+    """`size` distinct values, each really embedded: the real Spider values, then new ones made
+    of their words (one to three, in a seeded order). Queries: real values with one character
+    changed, embedded too, as a literal with a typo would be."""
+    embedder = load_embedder()
+    rng = random.Random(SEED)
+    real_values = sorted(set(labels))
+    rng.shuffle(real_values)
+    words = sorted({w for v in real_values for w in v.split() if any(c.isalpha() for c in w)})
+    values = real_values[:size]
+    seen = set(values)
+    while len(values) < size:
+        value = " ".join(rng.choice(words) for _ in range(rng.choice((1, 2, 2, 3))))
+        if value not in seen:
+            seen.add(value)
+            values.append(value)
+    out = numpy.empty((size, EMBEDDING_DIMENSION), dtype=numpy.float32)
+    step = IndexSettings().batch_size * 16
+    started = time.monotonic()
+    for start in range(0, size, step):
+        out[start : start + step] = embedder.embed(values[start : start + step])
+        done = min(start + step, size)
+        if done % (step * 20) == 0 or done == size:
+            rate = done / max(time.monotonic() - started, 1e-9)
+            progress(f"  embedded {done:,}/{size:,} values ({rate:,.0f} values/s)")
+    typos = []
+    for value in rng.sample(real_values, min(queries, len(real_values))):
+        i = rng.randrange(len(value))
+        typos.append(value[:i] + rng.choice("aeiourstn") + value[i + 1 :])
+    query = embedder.embed(typos)
+    real = min(size, len(real_values))
+    sample = numpy.arange(min(NN_SAMPLE, real))
+    return Synthetic(
+        vectors=out,
+        labels=values,
+        real=real,
+        queries=query,
+        data_sigma=0.0,
+        sigma_given=False,
+        data_cosine=1.0,
+        query_cosine=float("nan"),
+        real_nn=float(numpy.median(nearest_cosines(out[sample], out[:real], sample))),
+        generated_nn=float("nan"),
+        description=(
+            f"{size:,} distinct values, each embedded by pgnl's embedder: {real:,} real Spider "
+            f"values, the rest made of one to three of their {len(words):,} words; "
+            f"{len(query)} queries: real values with one character changed, embedded"
+        ),
     )
 
 
@@ -944,7 +996,12 @@ def measure_latency(
     progress(
         f"generating {max(sizes):,} rows from {len(set(build.labels)):,} real value embeddings"
     )
-    data = synthesise(build.embeddings, build.labels, max(sizes), args.queries, args.noise_sigma)
+    if args.rows == "embedded":
+        data = embedded_rows(build.labels, max(sizes), args.queries)
+    else:
+        data = synthesise(
+            build.embeddings, build.labels, max(sizes), args.queries, args.noise_sigma
+        )
     results: list[LatencyResult] = []
     with psycopg.connect(database_dsn(admin_dsn, LATENCY_DB), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -965,16 +1022,19 @@ def report_latency(results: list[LatencyResult], data: Synthetic, version: str) 
         if data.sigma_given
         else "(chosen so that a copy is about that far from its source)"
     )
-    print(
-        f"pgvector {version}. Rows: {data.real:,} real embeddings (the distinct Spider values "
-        f"of step 1; median cosine to their nearest other real value {data.real_nn:.3f}), then "
-        f"copies of them with Gaussian noise, sigma {data.data_sigma:.4f} a component "
-        f"{how}, re-normalised: "
-        f"mean cosine to their source {data.data_cosine:.3f}, median cosine to their nearest "
-        f"other row {data.generated_nn:.3f}. {len(data.queries)} query vectors: real "
-        f"embeddings with noise (sigma {QUERY_NOISE}, mean cosine {data.query_cosine:.3f} to "
-        "their source), none in the table."
-    )
+    if data.description:
+        print(f"pgvector {version}. Rows: {data.description}.")
+    else:
+        print(
+            f"pgvector {version}. Rows: {data.real:,} real embeddings (the distinct Spider values "
+            f"of step 1; median cosine to their nearest other real value {data.real_nn:.3f}), then "
+            f"copies of them with Gaussian noise, sigma {data.data_sigma:.4f} a component "
+            f"{how}, re-normalised: "
+            f"mean cosine to their source {data.data_cosine:.3f}, median cosine to their nearest "
+            f"other row {data.generated_nn:.3f}. {len(data.queries)} query vectors: real "
+            f"embeddings with noise (sigma {QUERY_NOISE}, mean cosine {data.query_cosine:.3f} to "
+            "their source), none in the table."
+        )
     print(
         "HNSW m=16, ef_construction=64, built with maintenance_work_mem "
         f"{MAINTENANCE_WORK_MEM} and {PARALLEL_MAINTENANCE_WORKERS} parallel maintenance "
@@ -1077,6 +1137,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(default 900)",
     )
     parser.add_argument("--queries", type=int, default=200, help="latency query vectors")
+    parser.add_argument(
+        "--rows",
+        choices=("noise", "embedded"),
+        default="noise",
+        help="how the latency tables are filled beyond the real values: noisy copies of them "
+        "(fast), or new values made of their words and really embedded (about 5 minutes a "
+        "million on 2 cores)",
+    )
     parser.add_argument(
         "--noise",
         default="auto",
