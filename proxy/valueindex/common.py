@@ -32,7 +32,7 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> numpy.ndarray[Any, Any]: ...
 
 
-HNSW_EF_SEARCH = 200
+HNSW_EF_SEARCH = 100
 """hnsw.ef_search of semantic look-ups (set on nl.search_semantic by migrations/0005)."""
 
 
