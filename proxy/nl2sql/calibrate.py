@@ -318,13 +318,10 @@ def _exact_match(index: ValueLookup, literal: str, scope: Scope) -> tuple[float,
 
 
 def _scopes(column: ColumnRef, levels: Sequence[Level]) -> Iterator[tuple[Level, Scope]]:
-    for level in levels:
-        if level == "column":
-            yield level, Scope.column(column)
-        elif level == "table":
-            yield level, Scope.table(column.schema, column.table)
-        else:
-            yield level, Scope.database()
+    """The column, its table, the database (`Scope.widening`), those of `levels` only."""
+    for scope in Scope.widening(column):
+        if scope.level in levels:
+            yield scope.level, scope
 
 
 def _pattern_core(pattern: str) -> tuple[str, str, str]:

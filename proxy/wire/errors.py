@@ -13,7 +13,6 @@ CONNECTION_FAILURE = "08006"
 INVALID_AUTHORIZATION = "28000"
 TOO_MANY_CONNECTIONS = "53300"
 ADMIN_SHUTDOWN = "57P01"
-FEATURE_NOT_SUPPORTED = "0A000"
 
 
 def _fatal(sqlstate: str, message: str, hint: str = "", detail: str = "") -> ErrorResponse:
