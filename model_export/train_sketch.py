@@ -1,0 +1,284 @@
+"""Train the sketch model on Spider train: `python -m model_export.train_sketch`.
+
+Reads ../shared/data/spider (train.json, dev.json, tables.json), labels every gold query
+(`sketch_labels`), serializes each schema into windows beside its question (`proxy.nl2sql.encoding`)
+and fine-tunes all-MiniLM-L6-v2 with the sketch heads (`sketch_model`), multi-task binary
+cross-entropy, AdamW with linear warm-up and decay, bf16 autocast on the CPU. The word embeddings
+stay frozen (they are the base model's, and training them on 7000 questions only overfits).
+
+Long runs survive interruption: every `--checkpoint-every` steps the model, optimizer and
+position are written to `<workdir>/checkpoint.pt` (atomically); started again with the same
+arguments, training resumes from there with the same batches. After each epoch the model is
+evaluated on Spider dev (top-1 exact-set accuracy of SELECT, FROM and KEYWORDS, no aligner) and the
+figures are appended to `<workdir>/history.json`. The trained weights are `<workdir>/model.pt`,
+which `python -m model_export.export_sketch` exports to ONNX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from proxy.nl2sql.encoding import EncodedWindow, WindowEncoder, batch
+from proxy.nl2sql.schema import Schema, load_spider_schemas
+from proxy.nl2sql.sketch import (
+    COLUMN_OUTPUTS,
+    QUESTION_OUTPUTS,
+    Sketch,
+    SketchScores,
+    from_candidates,
+    keyword_candidates,
+    merge_windows,
+    select_candidates,
+)
+from proxy.runtime import load_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+SPIDER = ROOT.parent / "shared" / "data" / "spider"
+DEFAULT_WORKDIR = ROOT / "build" / "sketch_model"
+
+
+@dataclass(frozen=True)
+class Example:
+    question: str
+    schema: Schema
+    label: Sketch
+    windows: tuple[EncodedWindow, ...]
+
+
+def read_examples(
+    path: Path, schemas: dict[str, Schema], encoder: WindowEncoder, limit: int = 0
+) -> tuple[list[Example], dict[str, int]]:
+    """Labelled, encoded examples of a Spider file, and the count of gold queries not labelled by
+    reason."""
+    from model_export.sketch_labels import label_examples
+
+    raw: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
+    if limit:
+        raw = raw[:limit]
+    labels, skipped = label_examples(raw, schemas)
+    examples = []
+    for entry, label in zip(raw, labels, strict=True):
+        if label is None:
+            continue
+        schema = schemas[entry["db_id"]]
+        windows = tuple(encoder.encode(entry["question"], schema))
+        examples.append(Example(entry["question"], schema, label, windows))
+    return examples, dict(skipped)
+
+
+def tokenizer_path() -> Path:
+    from model_export.sketch_model import base_model_dir
+
+    return base_model_dir() / "tokenizer.json"
+
+
+def scores_of(example: Example, outputs: Sequence[Any]) -> SketchScores:
+    """Merge per-window model outputs (numpy arrays, one row per window) into one SketchScores."""
+    column_logits, table_logits, question_logits = outputs
+    return merge_windows(
+        example.schema,
+        window_columns=[w.window.columns for w in example.windows],
+        window_tables=[w.window.tables for w in example.windows],
+        column_logits=list(column_logits),
+        table_logits=list(table_logits),
+        question_logits=list(question_logits),
+    )
+
+
+def top1_accuracy(examples: Sequence[Example], scores: Sequence[SketchScores]) -> dict[str, float]:
+    """Exact-set match of the most probable SELECT, FROM and KEYWORDS, in %."""
+    hits = {"select": 0, "from": 0, "keywords": 0}
+    for example, score in zip(examples, scores, strict=True):
+        hits["select"] += select_candidates(score, 1)[0][0] == example.label.select
+        hits["from"] += from_candidates(score, 1)[0][0] == example.label.tables
+        keywords = keyword_candidates(score, 1)
+        hits["keywords"] += bool(keywords) and keywords[0][0] == example.label.keywords
+    return {part: round(100.0 * count / max(len(examples), 1), 1) for part, count in hits.items()}
+
+
+def _pad_to(value: int, multiple: int) -> int:
+    return int(math.ceil(value / multiple) * multiple)
+
+
+def batch_plan(
+    examples: Sequence[Example], epoch: int, seed: int, size: int
+) -> list[list[tuple[int, int]]]:
+    """An epoch's batches of (example, window) pairs (`training.length_batches`)."""
+    from model_export.training import length_batches
+
+    items = [(e, w) for e, example in enumerate(examples) for w in range(len(example.windows))]
+    return length_batches(
+        items, lambda i: examples[i[0]].windows[i[1]].length, size, seed * 1000 + epoch
+    )
+
+
+def batch_loss(model: Any, examples: Sequence[Example], items: Sequence[tuple[int, int]]) -> Any:
+    """The loss of one batch. Shapes are padded to multiples (tokens 32, columns 8, tables 4), so
+    that few distinct shapes reach the CPU kernels (each new shape costs memory in their
+    caches)."""
+    import torch
+
+    from model_export.sketch_model import loss, targets
+
+    windows = [examples[e].windows[w] for e, w in items]
+    arrays = batch(windows)
+    n = len(windows)
+    width = _pad_to(arrays.input_ids.shape[1], 32)
+    columns = _pad_to(arrays.column_pool.shape[1], 8)
+    tables = _pad_to(arrays.table_pool.shape[1], 4)
+
+    def pad(array: np.ndarray[Any, Any], *shape: int) -> Any:
+        out = np.zeros(shape, dtype=array.dtype)
+        out[tuple(slice(0, size) for size in array.shape)] = array
+        return torch.from_numpy(out)
+
+    column_targets = np.zeros((n, columns, COLUMN_OUTPUTS), dtype=np.float32)
+    table_targets = np.zeros((n, tables), dtype=np.float32)
+    question_targets = np.zeros((n, QUESTION_OUTPUTS), dtype=np.float32)
+    for row, ((e, _), window) in enumerate(zip(items, windows, strict=True)):
+        c, t, q = targets(examples[e].label, window)
+        column_targets[row, : len(c)] = c
+        table_targets[row, : len(t)] = t
+        question_targets[row] = q
+    outputs = model(
+        pad(arrays.input_ids, n, width),
+        pad(arrays.attention_mask, n, width),
+        pad(arrays.token_type_ids, n, width),
+        pad(arrays.column_pool, n, columns, width),
+        pad(arrays.table_pool, n, tables, width),
+    )
+    return loss(
+        outputs,
+        column_targets=torch.from_numpy(column_targets),
+        table_targets=torch.from_numpy(table_targets),
+        question_targets=torch.from_numpy(question_targets),
+        column_mask=pad(arrays.column_mask, n, columns),
+        table_mask=pad(arrays.table_mask, n, tables),
+    )
+
+
+def train(args: argparse.Namespace, train: Sequence[Example], dev: Sequence[Example]) -> None:
+    import torch
+
+    from model_export.sketch_model import SketchModel, load_encoder
+    from model_export.training import Loop
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    model = SketchModel(load_encoder())
+    model.encoder.embeddings.word_embeddings.weight.requires_grad = False
+    named = list(model.named_parameters())
+    body = [p for n, p in named if n.startswith("encoder.") and p.requires_grad]
+    heads = [p for n, p in named if not n.startswith("encoder.")]
+    Loop(
+        model=model,
+        parameter_groups=[{"params": body, "lr": args.lr}, {"params": heads, "lr": args.head_lr}],
+        epochs=args.epochs,
+        plan=lambda epoch: batch_plan(train, epoch, args.seed, args.batch_size),
+        step_loss=lambda items: batch_loss(model, train, items),
+        evaluate=lambda: {"dev_top1": top1_accuracy(dev, predict(model, dev, args.batch_size * 2))},
+        workdir=args.workdir,
+        checkpoint_every=args.checkpoint_every,
+        items_per_batch=args.batch_size,
+        bf16=args.bf16,
+    ).run()
+
+
+def predict(model: Any, examples: Sequence[Example], batch_size: int) -> list[SketchScores]:
+    """The PyTorch model's merged scores for each example (eval mode, no gradients)."""
+    import torch
+
+    model.eval()
+    flat = [(e, w) for e, example in enumerate(examples) for w in range(len(example.windows))]
+    flat.sort(key=lambda i: examples[i[0]].windows[i[1]].length)
+    outputs: dict[tuple[int, int], tuple[np.ndarray[Any, Any], ...]] = {}
+    with torch.no_grad():
+        for start in range(0, len(flat), batch_size):
+            items = flat[start : start + batch_size]
+            arrays = batch([examples[e].windows[w] for e, w in items])
+            column, table, question = model(
+                torch.from_numpy(arrays.input_ids),
+                torch.from_numpy(arrays.attention_mask),
+                torch.from_numpy(arrays.token_type_ids),
+                torch.from_numpy(arrays.column_pool),
+                torch.from_numpy(arrays.table_pool),
+            )
+            for row, item in enumerate(items):
+                outputs[item] = (
+                    column[row].float().numpy(),
+                    table[row].float().numpy(),
+                    question[row].float().numpy(),
+                )
+    result = []
+    for e, example in enumerate(examples):
+        parts = [outputs[(e, w)] for w in range(len(example.windows))]
+        result.append(scores_of(example, [np.stack([p[i] for p in parts]) for i in range(3)]))
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--spider", type=Path, default=SPIDER, help="Spider folder (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=DEFAULT_WORKDIR,
+        help="checkpoints and the trained model (default: %(default)s)",
+    )
+    parser.add_argument("--epochs", type=int, default=3, help="default: %(default)s")
+    parser.add_argument("--batch-size", type=int, default=16, help="default: %(default)s")
+    parser.add_argument(
+        "--lr", type=float, default=8e-5, help="encoder learning rate (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--head-lr", type=float, default=1e-3, help="heads' learning rate (default: %(default)s)"
+    )
+    parser.add_argument("--seed", type=int, default=7, help="default: %(default)s")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads, 0 = one a core (default)"
+    )
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=100, help="steps (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        help="use only the first N train and dev examples (a smoke run)",
+    )
+    parser.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in fp32")
+    args = parser.parse_args(argv)
+
+    schemas = load_spider_schemas(args.spider / "tables.json")
+    encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512))
+    started = time.monotonic()
+    train_examples, train_skipped = read_examples(
+        args.spider / "train.json", schemas, encoder, args.limit
+    )
+    dev, dev_skipped = read_examples(args.spider / "dev.json", schemas, encoder, args.limit)
+    windows = sum(len(e.windows) for e in train_examples)
+    print(
+        f"train: {len(train_examples)} labelled ({windows} windows), not labelled {train_skipped}; "
+        f"dev: {len(dev)} labelled, not labelled {dev_skipped} "
+        f"({time.monotonic() - started:.0f} s)",
+        file=sys.stderr,
+    )
+    train(args, train_examples, dev)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
