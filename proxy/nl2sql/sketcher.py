@@ -1,0 +1,252 @@
+"""The sketch stage: a question and a schema in, ranked SQL sketches out.
+
+    sketcher = load_sketcher()
+    for sketch in sketcher.sketch("how many singers are there?", schema):
+        print(sketch.select_text(schema), sketch.from_text(schema), sketch.keywords_text())
+
+The sketch model (ONNX) reads the question beside each window of the serialized schema
+(`encoding`), its outputs are merged over windows (`sketch.merge_windows`), and decoded into the
+K1 most probable SELECT sets, K2 FROM sets and K3 keyword sets (`[sketch]` settings; the paper's
+4, 2, 2). The aligner (ONNX) re-ranks the K1 x K3 SELECT x KEYWORDS pairs; each pair is combined
+with every FROM set, and the sketches come back best first (by pair, then by FROM). Every sketch
+names only schema items that exist: the models pick items by position, never by text.
+
+Both models are verified against manifest.json when loaded, loaded once per settings and shared;
+a `Sketcher` is thread-safe (ONNX Runtime sessions may run concurrently).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from proxy.config import ConfigError, RuntimeSettings, SketchSettings
+from proxy.nl2sql.aligner import Aligner, FloatArray, pair_text
+from proxy.nl2sql.encoding import WindowEncoder, batch
+from proxy.nl2sql.schema import Schema
+from proxy.nl2sql.sketch import (
+    SelectItem,
+    Sketch,
+    SketchScores,
+    from_candidates,
+    keyword_candidates,
+    merge_windows,
+    select_candidates,
+    slots_for,
+)
+from proxy.runtime import (
+    choose_providers,
+    create_session,
+    load_tokenizer,
+    resolve_models_dir,
+    verify_model,
+)
+
+log = logging.getLogger(__name__)
+
+SKETCH_MODEL = "sketch"
+ALIGNER_MODEL = "aligner"
+
+
+@dataclass(frozen=True)
+class Hypotheses:
+    """Everything the sketch stage decided for one question: the top-k of each part, each with
+    its log-probability under the sketch model, and the ranked sketches."""
+
+    scores: SketchScores
+    selects: list[tuple[frozenset[SelectItem], float]]
+    froms: list[tuple[frozenset[int], float]]
+    keywords: list[tuple[frozenset[str], float]]
+    sketches: list[Sketch]
+
+
+def _check(settings: SketchSettings) -> None:
+    for name in ("select_k", "from_k", "keywords_k"):
+        value = getattr(settings, name)
+        if value < 1:
+            raise ConfigError(f"[sketch] {name} must be at least 1, not {value}")
+
+
+class Sketcher:
+    """The sketch model and, optionally, the aligner."""
+
+    def __init__(
+        self,
+        sketch_session: ort.InferenceSession,
+        aligner: Aligner | None,
+        encoder: WindowEncoder,
+        settings: SketchSettings | None = None,
+    ) -> None:
+        self.settings = settings if settings is not None else SketchSettings()
+        _check(self.settings)
+        self._session = sketch_session
+        self._aligner = aligner
+        self._encoder = encoder
+        self.provider = sketch_session.get_providers()[0]
+
+    @classmethod
+    def from_files(
+        cls,
+        sketch_model: Path,
+        aligner_model: Path | None,
+        tokenizer: Path,
+        *,
+        settings: SketchSettings | None = None,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+        threads: int = 0,
+    ) -> Sketcher:
+        """A sketcher over these files, unchecked (`load_sketcher` verifies them first)."""
+        aligner = None
+        if aligner_model is not None:
+            aligner = Aligner(
+                create_session(aligner_model, providers, threads), load_tokenizer(tokenizer, 512)
+            )
+        return cls(
+            create_session(sketch_model, providers, threads),
+            aligner,
+            WindowEncoder(load_tokenizer(tokenizer, 512)),
+            settings,
+        )
+
+    def scores(self, question: str, schema: Schema) -> SketchScores:
+        """The sketch model's logits for every item of `schema`, its windows merged."""
+        encoded = self._encoder.encode(question, schema)
+        arrays = batch(encoded)
+        column_logits, table_logits, question_logits = self._session.run(
+            ["column_logits", "table_logits", "question_logits"],
+            {
+                "input_ids": arrays.input_ids,
+                "attention_mask": arrays.attention_mask,
+                "token_type_ids": arrays.token_type_ids,
+                "column_pool": arrays.column_pool,
+                "table_pool": arrays.table_pool,
+            },
+        )
+        return merge_windows(
+            schema,
+            window_columns=[e.window.columns for e in encoded],
+            window_tables=[e.window.tables for e in encoded],
+            column_logits=list(np.asarray(column_logits, dtype=np.float32)),
+            table_logits=list(np.asarray(table_logits, dtype=np.float32)),
+            question_logits=list(np.asarray(question_logits, dtype=np.float32)),
+        )
+
+    @property
+    def aligns(self) -> bool:
+        """Whether pairs are re-ranked by the aligner (one is loaded and `[sketch] aligner`)."""
+        return self._aligner is not None and self.settings.aligner
+
+    def align(
+        self,
+        question: str,
+        schema: Schema,
+        selects: Sequence[tuple[frozenset[SelectItem], float]],
+        keywords: Sequence[tuple[frozenset[str], float]],
+    ) -> FloatArray | None:
+        """The aligner's logit for each SELECT x KEYWORDS pair (in `itertools.product` order), or
+        None when there is no aligner or `[sketch] aligner` is off."""
+        if self._aligner is None or not self.settings.aligner:
+            return None
+        return self._aligner.score(
+            [
+                pair_text(question, s, k, schema)
+                for (s, _), (k, _) in itertools.product(selects, keywords)
+            ]
+        )
+
+    def hypotheses(self, question: str, schema: Schema) -> Hypotheses:
+        """The top-k of each part and the ranked sketches for `question` over `schema`."""
+        if not schema.columns:
+            raise ValueError(
+                f"schema {schema.name!r} has no column this role may read: there is nothing to "
+                "ask about (check the role's grants)"
+            )
+        settings = self.settings
+        scores = self.scores(question, schema)
+        selects = select_candidates(scores, settings.select_k)
+        keywords = keyword_candidates(scores, settings.keywords_k)
+        froms = from_candidates(scores, settings.from_k)
+        aligned = self.align(question, schema, selects, keywords)
+        sketches = rank(scores, selects, keywords, froms, aligned, combine=settings.combine)
+        return Hypotheses(scores, selects, froms, keywords, sketches)
+
+    def sketch(self, question: str, schema: Schema) -> list[Sketch]:
+        """Ranked sketches, best first: K1 x K3 SELECT x KEYWORDS pairs, each with K2 FROMs."""
+        return self.hypotheses(question, schema).sketches
+
+
+def rank(
+    scores: SketchScores,
+    selects: Sequence[tuple[frozenset[SelectItem], float]],
+    keywords: Sequence[tuple[frozenset[str], float]],
+    froms: Sequence[tuple[frozenset[int], float]],
+    aligned: FloatArray | None,
+    *,
+    combine: bool,
+) -> list[Sketch]:
+    """Sketches best first. A SELECT x KEYWORDS pair scores its aligner logit (`aligned`, in
+    `itertools.product(selects, keywords)` order), plus the sketch model's log-probability of
+    both parts when `combine`; without an aligner, that log-probability alone. Each pair is
+    combined with every FROM set: ordered by pair, then by FROM probability."""
+    pairs = list(itertools.product(selects, keywords))
+    pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
+    if aligned is not None:
+        logits = np.asarray(aligned, dtype=np.float64)
+        pair_scores = logits + pair_scores if combine else logits
+    ranked = sorted(range(len(pairs)), key=lambda i: -pair_scores[i])
+    return [
+        Sketch(
+            select=pairs[i][0][0],
+            tables=tables,
+            keywords=pairs[i][1][0],
+            slots=slots_for(scores, pairs[i][1][0]),
+            score=float(pair_scores[i] + from_score),
+        )
+        for i in ranked
+        for tables, from_score in froms
+    ]
+
+
+_cache: dict[tuple[str, str, int, str], Sketcher] = {}
+_cache_lock = threading.Lock()
+
+
+def load_sketcher(
+    runtime: RuntimeSettings | None = None, settings: SketchSettings | None = None
+) -> Sketcher:
+    """The shipped (or `[runtime] models_dir`) sketch model and aligner, files verified against
+    manifest.json, loaded once per settings and shared."""
+    runtime = runtime if runtime is not None else RuntimeSettings()
+    settings = settings if settings is not None else SketchSettings()
+    _check(settings)
+    models_dir = resolve_models_dir(runtime)
+    key = (str(models_dir), runtime.provider.strip().lower(), runtime.threads, repr(settings))
+    with _cache_lock:
+        sketcher = _cache.get(key)
+        if sketcher is None:
+            providers, reason = choose_providers(runtime.provider)
+            sketch = verify_model(models_dir, SKETCH_MODEL, ("model.onnx", "tokenizer.json"))
+            aligner = verify_model(models_dir, ALIGNER_MODEL, ("model.onnx", "tokenizer.json"))
+            sketcher = Sketcher.from_files(
+                sketch.file("model.onnx"),
+                aligner.file("model.onnx") if settings.aligner else None,
+                sketch.file("tokenizer.json"),
+                settings=settings,
+                providers=providers,
+                threads=runtime.threads,
+            )
+            log.info(
+                "sketch model and aligner loaded from %s on %s (%s)",
+                models_dir,
+                sketcher.provider,
+                reason,
+            )
+            _cache[key] = sketcher
+        return sketcher
