@@ -11,6 +11,7 @@ item k's name (`Window.column_spans`, `Window.table_spans`): the model reads an 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,6 +76,12 @@ class WindowEncoder:
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         self.max_length = max_length
+        # Splitting a wide schema tokenizes it many times over; the split depends only on the
+        # schema and the room the question leaves, so it is kept for the schemas asked about.
+        self._windows = functools.lru_cache(maxsize=128)(self._split)
+
+    def _split(self, schema: Schema, budget: int) -> tuple[Window, ...]:
+        return tuple(windows(schema, budget, self.count_tokens))
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
@@ -88,7 +95,7 @@ class WindowEncoder:
         used = len(self.question_ids(question_text)) + 3  # [CLS] question [SEP] schema [SEP]
         return [
             self._encode_window(question_text, window)
-            for window in windows(schema, self.max_length - used, self.count_tokens)
+            for window in self._windows(schema, self.max_length - used)
         ]
 
     def _encode_window(self, question: str, window: Window) -> EncodedWindow:

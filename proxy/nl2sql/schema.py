@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,9 +84,6 @@ class Schema:
     tables: tuple[Table, ...]
     columns: tuple[Column, ...]
     foreign_keys: tuple[ForeignKey, ...] = ()
-    _by_table: dict[int, tuple[int, ...]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
 
     def __post_init__(self) -> None:
         previous = 0
