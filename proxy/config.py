@@ -14,6 +14,9 @@ from typing import Any
 
 DEFAULT_CONFIG_FILE = "pgnl.toml"
 
+SECRETS = {("llm", "api_key"): "PGNL_LLM_API_KEY"}
+"""Secrets, and the environment variable each is read from: never a setting, so never in a file."""
+
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names it and says how to fix it."""
@@ -207,6 +210,53 @@ class SketchSettings:
 
 
 @dataclass
+class LLMSettings:
+    base_url: str = field(
+        default="",
+        metadata=_doc(
+            "OpenAI-compatible endpoint that completes sketches into SQL, up to and including "
+            "/v1 (OpenAI: https://api.openai.com/v1; vLLM: http://HOST:8000/v1; Ollama: "
+            "http://HOST:11434/v1; llama.cpp: http://HOST:8080/v1). Empty: no LLM, queries are "
+            "completed from the sketch models' slots alone. The API key is never read from this "
+            "file: set the environment variable PGNL_LLM_API_KEY (unset: a placeholder key is "
+            "sent, which servers without authentication ignore)."
+        ),
+    )
+    model: str = field(
+        default="",
+        metadata=_doc(
+            "Model name sent with each request; required with base_url (llama.cpp's server "
+            "accepts any name)."
+        ),
+    )
+    timeout_s: float = field(
+        default=20.0,
+        metadata=_doc("Seconds one request to the LLM may take before it is abandoned."),
+    )
+    deadline_s: float = field(
+        default=30.0,
+        metadata=_doc(
+            "Seconds one completion may take in all, retries and waits between them included; "
+            "past it pgnl gives up on the LLM and answers without it."
+        ),
+    )
+    max_retries: int = field(
+        default=2,
+        metadata=_doc(
+            "Further attempts after a request fails with a timeout, a connection error, HTTP 429 "
+            "or a 5xx (other errors are not retried), with exponential backoff, within deadline_s."
+        ),
+    )
+    temperature: float = field(
+        default=0.0, metadata=_doc("Sampling temperature; 0 for the most likely query.")
+    )
+    max_tokens: int = field(
+        default=512,
+        metadata=_doc("Most tokens the LLM may write per answer; a longer answer is refused."),
+    )
+
+
+@dataclass
 class LogSettings:
     level: str = field(
         default="info", metadata=_doc("Log level: debug, info, warning or error (to stderr).")
@@ -222,6 +272,7 @@ class Settings:
     index: IndexSettings = field(default_factory=IndexSettings)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     sketch: SketchSettings = field(default_factory=SketchSettings)
+    llm: LLMSettings = field(default_factory=LLMSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
 
@@ -280,6 +331,11 @@ def _apply(settings: Settings, values: dict[str, dict[str, object]], origin: str
         target = sections[section]
         types = _field_types(target)
         for key, raw in entries.items():
+            if (section, key) in SECRETS:
+                raise ConfigError(
+                    f"{origin}: [{section}] {key} is a secret and is read only from the "
+                    f"environment: remove it here and set {SECRETS[section, key]}"
+                )
             if key not in types:
                 raise ConfigError(
                     f"{origin}: unknown setting [{section}] {key}; see pgnl.example.toml"
