@@ -1,0 +1,968 @@
+"""PLM-only completion: a `Sketch` made into one PostgreSQL SELECT without any LLM.
+
+This is how pgnl answers with no LLM configured, and its fall-back when the LLM fails
+(DESIGN.md, "The LLM"). Everything comes from the sketch and its `Slots`, the schema's keys,
+the literals found in the question (`question_literals`) or by calibration, and a few cues of
+the question's wording:
+
+    complete(sketch, schema, literals, question=question) -> "SELECT ... FROM ... WHERE ..."
+
+The query is written clause by clause (`CLAUSES`, one small function each). Choices, where the
+sketch does not say:
+
+- FROM: the sketch's tables, plus the table of every column a clause names, joined along the
+  foreign-key graph by a Steiner-tree approximation: start from the lowest-numbered table, then
+  repeatedly attach the nearest remaining table by a shortest path, adding its intermediate
+  tables. Ties go to the lower table number, so the output is deterministic. Between two tables
+  the join uses their first foreign key (by column number), plus the other keys of a composite
+  key (same direction, other primary-key columns referenced); two keys that reference the same
+  column are two roles (`flights.source`, `flights.dest` -> `airports.code`): only the first is
+  used. Where no declared key joins two tables, an *implicit* key may (`implicit_keys`): a
+  column of the same name as a primary key of another table (not a bare `id`), or named after
+  that table (`flights.airline` -> `airlines`' single-column key), of the same kind (numeric or
+  not). Implicit edges cost 100 declared ones, so they only connect what the keys leave apart.
+  Tables still apart raise `CompletionError` ("tables not connected"): a CROSS JOIN returns
+  rows that look like an answer and are not one.
+- Aliases: with one table, none (columns unqualified); with several, `t1, t2, ...` in FROM order.
+- Identifiers are quoted only where PostgreSQL needs it (`quote_identifier`): anything but a
+  lower-case simple identifier, and any keyword that is not unreserved. A table outside schema
+  `public` is qualified with its schema.
+- SELECT items in a fixed order (the sketch holds a set): plain columns first, by column number,
+  then aggregates by column (`*` first). "distinct": `count(DISTINCT col)` when the SELECT has no
+  plain column and counts a column, else `SELECT DISTINCT`.
+- SQLite's bare column beside one max or min (`SELECT name, max(age) FROM t`: the name of the
+  oldest), in a sketch with no GROUP BY, HAVING, ORDER BY or LIMIT, becomes what PostgreSQL can
+  say: grouped by the plain columns, ORDER BY that max DESC (min: ASC) LIMIT 1.
+- WHERE: `slots.where` in order, joined by AND, or OR when `slots.where_or`. Literals go to the
+  predicates that need one (`between` two) in four passes, each over the predicates in order
+  and taking the first fitting unused literal: (1) a number the question puts after a
+  comparison ("older than 30", "at least 2") goes to a predicate of that direction (>, >= or
+  <, <=, or BETWEEN), (2) the kind a predicate prefers (a number for a numeric column; a string
+  for =, !=, LIKE, IN on a text column), (3) any literal for predicates that prefer neither (a
+  comparison on a text or date column), (4) the other kind where it can be meant (a number for
+  a text column, a numeric-looking string for a numeric one). A number after a comparison is
+  never the value of =, !=, LIKE or IN. When a HAVING counts, the number words of the question
+  ("more than one") are left to it. BETWEEN puts two numbers in ascending order. LIKE becomes
+  ILIKE (a question that says "contains" means it regardless of case, as SQLite's LIKE does in
+  Spider), wrapped in `%...%` when the literal has no `%`. A number is written as a number for a
+  numeric column and as a string constant otherwise (PostgreSQL has no `text = integer`).
+- A predicate with no literal left raises `CompletionError` ("no value"): no placeholder in the
+  SQL, and no silently dropped condition, which would return more rows that look right; the
+  pipeline goes on to its next candidate. Literals left over are ignored.
+- Nested predicates: `in`/`not in` become `col IN (SELECT x FROM other)`, `x` a column joined
+  to `col` by a key, declared before implicit: one that references `col` (in a table outside
+  FROM first), else one that references what `col` references, else what `col` references;
+  with no key at all on `col`, `col IN (SELECT s1.col FROM t AS s1 JOIN neighbour AS s2 ON ...)`
+  (rows of t with related rows in the nearest table that a key joins to t); a table with no key
+  raises ("no foreign key for IN"). A comparison with `nested` compares with an aggregate of the
+  column over its whole table, `col > (SELECT avg(col) FROM t)`: the aggregate the question
+  names (average, maximum, minimum), else the first superlative it uses ("largest" max,
+  "youngest" min), else "all" (max) or "any" (min), else avg for <, >, <=, >= and max for =,
+  !=. The subquery's own conditions have no slot and are left out. Any other nested operator
+  takes literals like a plain one.
+- GROUP BY: `slots.group_by`; with none, and aggregates beside plain columns anywhere in the
+  query, the plain columns. Every plain column of SELECT and ORDER BY that the grouping does not
+  determine (its table's primary key is not all grouped) is added, so that PostgreSQL accepts
+  the query.
+- HAVING: each item compared with the next unused number, the operator read from the question
+  around it ("at least 2" >=, "more than one" >, "fewer than 3" <, "2 or more" >=, "between 1
+  and 2" / "1 to 2" BETWEEN), `=` without a cue. With no number left, a count is compared
+  `> 1` (groups of more than one row, the usual reading of "shared by", "more than once"), any
+  other aggregate raises ("no value"). With the keyword "nested" and no nested WHERE predicate,
+  the first HAVING item is compared with its aggregate over the whole table.
+- ORDER BY: `slots.order_by` in order, DESC when the keywords say "desc". LIMIT: with "limit" in
+  the keywords or a `slots.limit`, the N of "top 3", "first five", "3 most", "the 3 youngest"
+  (`limit_in_question`), else `slots.limit`, else 1. That N is not used as a value.
+- INTERSECT / UNION / EXCEPT: a sketch holds the left query only, and that is what is completed
+  (`set_operation` says when a right side was left out). The benchmark
+  (`benchmarks/completion_oracle.py`) counts how often that costs the answer.
+
+`question_literals` reads quoted strings ('x', "x", curly quotes, LaTeX's ``x''; kept as typed,
+spaces included, except LaTeX's padding), numbers (integers, decimals, 1,000-style thousands, a
+leading minus) and, after a comparison cue ("more than one", "at least two", "two or more",
+"more than once", "a single"), number words up to ten; in order, each with its place in the
+question (`Literal.span`, which equality ignores). An apostrophe inside or after a word
+("singer's", "students'") opens no string, and a number inside a string is not a number.
+
+The result always parses with pglast as exactly one SELECT: `complete` checks it before
+returning and raises `CompletionError` ("unparsable") otherwise, so a bug here never reaches the
+database as SQL.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from pglast import ast, keywords, parse_sql
+from pglast.parser import ParseError
+
+from proxy.nl2sql.schema import Column, ForeignKey, Schema, words_of
+from proxy.nl2sql.sketch import (
+    AGGREGATES,
+    SET_OPERATIONS,
+    STAR,
+    Predicate,
+    SelectItem,
+    Sketch,
+    Slots,
+)
+
+# --- literals -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A value for a predicate: a string, or a number (int or float). `span` is where it was
+    found in the question ((start, end) character offsets), None when it did not come from one;
+    equality ignores it."""
+
+    value: str | int | float
+    kind: str  # "string" | "number"
+    span: tuple[int, int] | None = field(default=None, compare=False)
+
+
+NUMBER_WORDS = {
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+}
+_COUNT_WORDS = {**NUMBER_WORDS, "once": 1, "twice": 2, "a single": 1, "single": 1}
+
+# Quoted strings. An opening quote follows the start or a non-word character (so "singer's"
+# opens nothing); a closing one is followed by the end or a non-word character.
+_QUOTED = re.compile(
+    r"``\s*(?P<latex>.+?)\s*''"
+    r"|(?<![\w'])'(?P<single>[^']+?)'(?!\w)"
+    r'|(?<![\w"])"(?P<double>[^"]+?)"(?!\w)'
+    "|\u201c(?P<curly>[^\u201d]+?)\u201d"  # curly double quotes
+    "|(?<!\\w)\u2018(?P<curly_single>[^\u2019]+?)\u2019(?!\\w)"  # curly single quotes
+)
+_NUMBER = re.compile(
+    r"(?<![\w.])(?P<sign>-)?(?P<number>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?![\w])"
+)
+_WORD_ALTERNATIVES = "|".join(
+    re.escape(word) for word in sorted(_COUNT_WORDS, key=len, reverse=True)
+)
+_COMPARISON_CUE = r"(?:than|least|most|exactly|only|over|under|above|below|between)"
+_NUMBER_WORDS_IN_CONTEXT = tuple(
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        rf"\b{_COMPARISON_CUE}\s+(?P<word>{_WORD_ALTERNATIVES})\b",
+        rf"\b(?P<word>{_WORD_ALTERNATIVES})\s+or\s+(?:more|fewer|less|greater)\b",
+        rf"\bbetween\s+\S+\s+and\s+(?P<word>{_WORD_ALTERNATIVES})\b",
+    )
+)
+
+
+def question_literals(question: str) -> list[Literal]:
+    """The literals a question spells out, in order: quoted strings, numbers, and number words
+    after a comparison cue."""
+    found: list[Literal] = []
+    taken: list[tuple[int, int]] = []
+    for match in _QUOTED.finditer(question):
+        group = match.lastgroup
+        assert group is not None
+        found.append(Literal(match.group(group), "string", match.span()))
+        taken.append(match.span())
+
+    def free(start: int, end: int) -> bool:
+        return all(end <= a or start >= b for a, b in taken)
+
+    for match in _NUMBER.finditer(question):
+        if not free(*match.span()):
+            continue
+        text = match.group("number").replace(",", "")
+        value: int | float = float(text) if "." in text else int(text)
+        if match.group("sign"):
+            value = -value
+        found.append(Literal(value, "number", match.span()))
+    for pattern in _NUMBER_WORDS_IN_CONTEXT:
+        for match in pattern.finditer(question):
+            span = match.span("word")
+            if free(*span):
+                found.append(Literal(_COUNT_WORDS[match.group("word").lower()], "number", span))
+                taken.append(span)
+    found.sort(key=lambda literal: literal.span or (0, 0))
+    return found
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+class CompletionError(ValueError):
+    """A sketch that cannot be made into SQL. `.reason` is a short category ("tables not
+    connected", "no value", "no foreign key for IN", "no table", "unsupported item",
+    "unparsable"); the message adds the detail."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+# --- identifiers and constants -----------------------------------------------------------------
+
+_SIMPLE = re.compile(r"[a-z_][a-z0-9_$]*")
+_NEEDS_QUOTES = (
+    keywords.RESERVED_KEYWORDS | keywords.TYPE_FUNC_NAME_KEYWORDS | keywords.COL_NAME_KEYWORDS
+)
+
+
+def quote_identifier(name: str) -> str:
+    """`name` as PostgreSQL reads it back unchanged: bare when it is a lower-case simple
+    identifier and not a keyword that needs quotes, else double-quoted."""
+    if _SIMPLE.fullmatch(name) and name not in _NEEDS_QUOTES:
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _string_constant(text: str) -> str:
+    return "'" + text.replace("\x00", "").replace("'", "''") + "'"
+
+
+def _number_text(value: int | float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return f"{value:.1f}"
+    return repr(value)
+
+
+_NUMERIC_TYPE = re.compile(
+    r"^(number|int|integer|bigint|smallint|tinyint|mediumint|int[248]|numeric|decimal|real"
+    r"|double precision|double|float[48]?|serial|bigserial|smallserial|money)\b",
+    re.IGNORECASE,
+)
+
+
+def _numeric(column: Column) -> bool:
+    return bool(_NUMERIC_TYPE.match(column.type.strip()))
+
+
+def _as_number(text: str) -> int | float | None:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+# --- joins --------------------------------------------------------------------------------------
+
+_DECLARED = 1
+_IMPLICIT = 100  # an implicit key is used only where declared keys do not connect
+
+
+@dataclass(frozen=True)
+class _Link:
+    """A join between table `a` and table `b`: pairs of (column of a, column of b)."""
+
+    a: int
+    b: int
+    pairs: tuple[tuple[int, int], ...]
+    cost: int
+
+    def seen_from(self, table: int) -> tuple[tuple[int, int], ...]:
+        """The pairs as (column of `table`, column of the other table)."""
+        return self.pairs if table == self.a else tuple((y, x) for x, y in self.pairs)
+
+
+def _declared_links(schema: Schema) -> dict[tuple[int, int], _Link]:
+    """One link per pair of tables that a foreign key joins (self-references left out)."""
+    grouped: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for key in sorted(schema.foreign_keys, key=lambda k: (k.column, k.referenced)):
+        a = schema.columns[key.column].table
+        b = schema.columns[key.referenced].table
+        if a != b:
+            grouped.setdefault((min(a, b), max(a, b)), []).append((key.column, key.referenced))
+    links: dict[tuple[int, int], _Link] = {}
+    for (low, high), keys in grouped.items():
+        first_column, first_referenced = keys[0]
+        chosen = [keys[0]]
+        first_table = schema.columns[first_column].table
+        for column, referenced in keys[1:]:
+            composite = (
+                schema.columns[column].table == first_table
+                and schema.columns[referenced].primary_key
+                and schema.columns[first_referenced].primary_key
+                and all(column != c and referenced != r for c, r in chosen)
+            )
+            if composite:
+                chosen.append((column, referenced))
+        pairs = tuple((c, r) if schema.columns[c].table == low else (r, c) for c, r in chosen)
+        links[(low, high)] = _Link(low, high, pairs, _DECLARED)
+    return links
+
+
+def implicit_keys(schema: Schema) -> list[ForeignKey]:
+    """Columns that look like undeclared foreign keys to a primary-key column of another table,
+    of the same kind (numeric or not): a column of the same name (not a bare `id`, which every
+    table may have), or a column named after the table (`flights.airline` -> the single-column
+    primary key of `airlines`). Only between tables that no declared key joins."""
+    joined = {
+        frozenset((schema.columns[k.column].table, schema.columns[k.referenced].table))
+        for k in schema.foreign_keys
+    }
+    found: list[ForeignKey] = []
+    for table, indexes in enumerate(schema.table_columns):
+        primary = [i for i in indexes if schema.columns[i].primary_key]
+        names = {words_of(schema.tables[table].name).replace(" ", "_")}
+        names |= {name[:-1] for name in names if name.endswith("s")}
+        for key in primary:
+            target = schema.columns[key]
+            for index, column in enumerate(schema.columns):
+                if column.table == table or frozenset((column.table, table)) in joined:
+                    continue
+                if _numeric(column) != _numeric(target):
+                    continue
+                name = column.name.lower()
+                same = name == target.name.lower() and name != "id"
+                named_after = len(primary) == 1 and words_of(column.name).replace(" ", "_") in names
+                if same or named_after:
+                    found.append(ForeignKey(column=index, referenced=key))
+    return sorted(found, key=lambda k: (k.column, k.referenced))
+
+
+def _implicit_links(schema: Schema, declared: dict[tuple[int, int], _Link]) -> list[_Link]:
+    """One link per pair of tables that only an implicit key joins: the first such key."""
+    links: dict[tuple[int, int], _Link] = {}
+    for key in implicit_keys(schema):
+        a, b = schema.columns[key.column].table, schema.columns[key.referenced].table
+        pair = (min(a, b), max(a, b))
+        if pair not in declared and pair not in links:
+            columns = (key.column, key.referenced) if a < b else (key.referenced, key.column)
+            links[pair] = _Link(pair[0], pair[1], (columns,), _IMPLICIT)
+    return list(links.values())
+
+
+def _links(schema: Schema) -> dict[int, list[tuple[int, _Link]]]:
+    """For each table, its neighbours and the links to them, in table order."""
+    declared = _declared_links(schema)
+    neighbours: dict[int, list[tuple[int, _Link]]] = {t: [] for t in range(len(schema.tables))}
+    for link in [*declared.values(), *_implicit_links(schema, declared)]:
+        neighbours[link.a].append((link.b, link))
+        neighbours[link.b].append((link.a, link))
+    for entries in neighbours.values():
+        entries.sort(key=lambda entry: entry[0])
+    return neighbours
+
+
+@dataclass(frozen=True)
+class JoinStep:
+    """A table of FROM and how it joins an earlier one (`parent`, None for the first)."""
+
+    table: int
+    parent: int | None
+    pairs: tuple[tuple[int, int], ...]  # (column of parent, column of table)
+
+
+def join_tree(schema: Schema, tables: Iterable[int]) -> list[JoinStep]:
+    """The tables in FROM order, each with its join to an earlier one: the given tables and the
+    intermediate ones that connect them (repeated shortest paths over the foreign-key graph)."""
+    terminals = sorted(set(tables))
+    if not terminals:
+        raise CompletionError("no table")
+    neighbours = _links(schema)
+    order = [JoinStep(terminals[0], None, ())]
+    in_tree = {terminals[0]}
+    remaining = set(terminals[1:])
+    while remaining:
+        distance: dict[int, int] = {t: 0 for t in in_tree}
+        previous: dict[int, tuple[int, _Link]] = {}
+        heap = [(0, t) for t in sorted(in_tree)]
+        while heap:
+            cost, table = heapq.heappop(heap)
+            if cost > distance[table]:
+                continue
+            for other, link in neighbours[table]:
+                if cost + link.cost < distance.get(other, math.inf):
+                    distance[other] = cost + link.cost
+                    previous[other] = (table, link)
+                    heapq.heappush(heap, (cost + link.cost, other))
+        reachable = [t for t in sorted(remaining) if t in distance]
+        if not reachable:
+            names = ", ".join(schema.tables[t].qualified_name for t in sorted(remaining))
+            joined = ", ".join(schema.tables[j.table].qualified_name for j in order)
+            raise CompletionError("tables not connected", f"{names} to {joined}")
+        target = min(reachable, key=lambda t: (distance[t], t))
+        path: list[JoinStep] = []
+        table = target
+        while table not in in_tree:
+            parent, link = previous[table]
+            path.append(JoinStep(table, parent, link.seen_from(parent)))
+            table = parent
+        for step in reversed(path):
+            order.append(step)
+            in_tree.add(step.table)
+        remaining -= in_tree
+    return order
+
+
+# --- the question's cues -----------------------------------------------------------------------
+
+_LIMIT_NUMBER = rf"(?:\d{{1,3}}|{'|'.join(NUMBER_WORDS)})"
+_LIMIT = re.compile(
+    rf"\b(?:top|first)\s+(?P<a>{_LIMIT_NUMBER})\b"
+    rf"|\bthe\s+(?P<b>{_LIMIT_NUMBER})\s+(?:\w+\s+){{0,3}}?(?:most|least|\w+est)\b"
+    rf"|\b(?P<c>{_LIMIT_NUMBER})\s+(?:most|least|\w+est)\b",
+    re.IGNORECASE,
+)
+
+
+def limit_in_question(question: str) -> tuple[int, tuple[int, int]] | None:
+    """The N of "top N", "first N", "N most/largest/youngest...", "the N countries with the
+    fewest..." (digits up to 999 or a number word up to ten) and its span; None when there is
+    none or N is 0."""
+    for match in _LIMIT.finditer(question):
+        group = match.lastgroup
+        assert group is not None
+        text = match.group(group).lower()
+        value = NUMBER_WORDS.get(text) or int(text)
+        if value > 0:
+            return value, match.span(group)
+    return None
+
+
+_CUES_BEFORE = (
+    (re.compile(r"(?:at least|no less than|no fewer than|not less than|minimum of)\s*$"), ">="),
+    (re.compile(r"(?:at most|no more than|not more than|up to|maximum of)\s*$"), "<="),
+    (re.compile(r"between\s*$"), "between"),
+    (
+        re.compile(
+            r"(?:more|greater|larger|higher|bigger|longer|older|over|above|exceeds?|exceeding)"
+            r"(?:\s+than)?(?:\s+a)?\s*$"
+        ),
+        ">",
+    ),
+    (
+        re.compile(
+            r"(?:less|fewer|smaller|lower|shorter|younger|under|below)(?:\s+than)?(?:\s+a)?\s*$"
+        ),
+        "<",
+    ),
+)
+_CUES_AFTER = (
+    (re.compile(r"^\s*to\s+(?:\d|" + _WORD_ALTERNATIVES + r")"), "between"),
+    (re.compile(r"^\s*or\s+(?:more|greater|above|higher|over)\b"), ">="),
+    (re.compile(r"^\s*or\s+(?:less|fewer|below|lower|under)\b"), "<="),
+)
+
+
+def _operator_cue(question: str, span: tuple[int, int] | None) -> str:
+    """The comparison a question puts around a number at `span`; "=" without a cue."""
+    if span is None:
+        return "="
+    before = question[max(0, span[0] - 30) : span[0]].lower()
+    after = question[span[1] : span[1] + 20].lower()
+    for pattern, operator in _CUES_AFTER:
+        if pattern.search(after):
+            return operator
+    for pattern, operator in _CUES_BEFORE:
+        if pattern.search(before):
+            return operator
+    return "="
+
+
+def _find_span(question: str, literal: Literal) -> tuple[int, int] | None:
+    """Where a literal without a span appears in the question, as digits or a number word."""
+    if literal.span is not None or not question:
+        return literal.span
+    texts = [str(literal.value)]
+    if literal.kind == "number":
+        texts += [word for word, value in _COUNT_WORDS.items() if value == literal.value]
+    for text in texts:
+        match = re.search(rf"(?<![\w.]){re.escape(text)}(?![\w])", question, re.IGNORECASE)
+        if match:
+            return match.span()
+    return None
+
+
+# The aggregate a nested comparison means: explicit words first, then superlatives, then the
+# weak "all" (> all: > max) and "any" (> any: > min); within a level, the first in the question.
+_MAX_WORDS = "largest highest biggest greatest most oldest longest latest heaviest best"
+_MIN_WORDS = "smallest lowest least fewest youngest shortest earliest lightest worst"
+_AGGREGATE_CUES: tuple[dict[str, str], ...] = (
+    {"average": "avg", "avg": "avg", "mean": "avg", "maximum": "max", "max": "max"}
+    | {"minimum": "min", "min": "min"},
+    dict.fromkeys(_MAX_WORDS.split(), "max") | dict.fromkeys(_MIN_WORDS.split(), "min"),
+    {"all": "max", "any": "min"},
+)
+
+
+def _nested_aggregate(question: str, operator: str) -> str:
+    """The aggregate of `col op (SELECT aggregate(col) FROM t)` the question asks for."""
+    words = re.findall(r"[a-z]+", question.lower())
+    for cues in _AGGREGATE_CUES:
+        for word in words:
+            if word in cues:
+                return cues[word]
+    return "max" if operator in ("=", "!=") else "avg"
+
+
+# --- the query ----------------------------------------------------------------------------------
+
+_SQL_OPERATORS = {"!=": "<>", "like": "ILIKE", "not like": "NOT ILIKE", "not in": "NOT IN"}
+_COMPARISONS = ("=", "!=", ">", "<", ">=", "<=")
+
+
+class _Writer:
+    """The names of one query: tables (schema-qualified where needed) and columns (through
+    their table's alias)."""
+
+    def __init__(self, schema: Schema, joined: Sequence[JoinStep]) -> None:
+        self.schema = schema
+        many = len(joined) > 1
+        self.alias = {j.table: f"t{i}" if many else None for i, j in enumerate(joined, 1)}
+
+    def table(self, table: int) -> str:
+        item = self.schema.tables[table]
+        name = quote_identifier(item.name)
+        return name if item.schema == "public" else f"{quote_identifier(item.schema)}.{name}"
+
+    def column(self, column: int, *, bare: bool = False) -> str:
+        item = self.schema.columns[column]
+        name = quote_identifier(item.name)
+        alias = None if bare else self.alias.get(item.table)
+        return f"{alias}.{name}" if alias else name
+
+    def item(self, item: SelectItem, *, distinct: bool = False) -> str:
+        if item.aggregate not in AGGREGATES:
+            raise CompletionError("unsupported item", f"aggregate {item.aggregate!r}")
+        if item.column == STAR:
+            if item.aggregate not in ("", "count"):
+                raise CompletionError("unsupported item", f"{item.aggregate}(*)")
+            return "count(*)" if item.aggregate else "*"
+        name = self.column(item.column)
+        if not item.aggregate:
+            return name
+        return f"{item.aggregate}(DISTINCT {name})" if distinct else f"{item.aggregate}({name})"
+
+    def from_clause(self, joined: Sequence[JoinStep]) -> str:
+        parts: list[str] = []
+        for entry in joined:
+            alias = self.alias[entry.table]
+            source = self.table(entry.table) + (f" AS {alias}" if alias else "")
+            if entry.parent is None:
+                parts.append(source)
+                continue
+            condition = " AND ".join(f"{self.column(a)} = {self.column(b)}" for a, b in entry.pairs)
+            parts.append(f"JOIN {source} ON {condition}")
+        return " ".join(parts)
+
+
+def _value(literal: Literal, column: Column, *, pattern: bool = False) -> str:
+    if pattern:
+        text = str(literal.value)
+        return _string_constant(text if "%" in text else f"%{text}%")
+    if isinstance(literal.value, str):
+        return _string_constant(literal.value)
+    if _numeric(column) and math.isfinite(literal.value):
+        return _number_text(literal.value)
+    return _string_constant(_number_text(literal.value))
+
+
+def _preferred_kind(predicate: Predicate, column: Column) -> str | None:
+    if _numeric(column):
+        return "number"
+    if predicate.operator in ("=", "!=", "like", "not like", "in", "not in"):
+        return "string"
+    return None
+
+
+def _can_mean(literal: Literal, column: Column) -> bool:
+    """Whether a literal of the other kind can still be a value of `column`."""
+    if literal.kind == "number":
+        return not _numeric(column)
+    return _as_number(str(literal.value)) is not None
+
+
+def _needs(predicate: Predicate) -> int:
+    """How many literals a predicate takes (nested IN and nested comparisons take none)."""
+    if predicate.nested and predicate.operator in ("in", "not in", *_COMPARISONS):
+        return 0
+    return 2 if predicate.operator == "between" else 1
+
+
+_DIRECTIONS = {">": ">", ">=": ">", "<": "<", "<=": "<", "between": "between"}
+
+
+def _assign(
+    predicates: Sequence[Predicate],
+    schema: Schema,
+    pool: Sequence[Literal],
+    question: str = "",
+    reserved: Container[int] = frozenset(),
+) -> tuple[list[list[Literal]], list[bool]]:
+    """The literals of each predicate (see the module's docstring), and which pool entries
+    were used; `reserved` pool entries are left alone."""
+    used = [i in reserved for i in range(len(pool))]
+    chosen: list[list[Literal]] = [[] for _ in predicates]
+    cues = [
+        _DIRECTIONS.get(_operator_cue(question, _find_span(question, literal)))
+        if literal.kind == "number"
+        else None
+        for literal in pool
+    ]
+
+    def accepts(pass_: int, position: int, predicate: Predicate) -> bool:
+        literal, cue = pool[position], cues[position]
+        column = schema.columns[predicate.column]
+        kind = _preferred_kind(predicate, column)
+        direction = _DIRECTIONS.get(predicate.operator)
+        if cue is not None and direction is None:
+            return False  # "more than 3" is no value for =, LIKE or IN
+        if pass_ == 0:
+            return cue is not None and cue == direction and kind in (None, literal.kind)
+        if pass_ == 1:
+            return kind is not None and literal.kind == kind
+        if pass_ == 2:
+            return kind is None
+        return _can_mean(literal, column)
+
+    for pass_ in range(4):
+        for index, predicate in enumerate(predicates):
+            for position in range(len(pool)):
+                if len(chosen[index]) >= _needs(predicate):
+                    break
+                if not used[position] and accepts(pass_, position, predicate):
+                    used[position] = True
+                    chosen[index].append(pool[position])
+    return chosen, [u and i not in reserved for i, u in enumerate(used)]
+
+
+def _spelt_out(question: str, literal: Literal) -> bool:
+    """Whether a literal is a number word of the question ("more than one"): a count, which a
+    HAVING over count(...) takes before WHERE does."""
+    if literal.span is None:
+        return False
+    return re.fullmatch(r"[a-z ]+", question[literal.span[0] : literal.span[1]].lower()) is not None
+
+
+def _membership(writer: _Writer, column: int, outer: set[int]) -> str:
+    """The subquery of a nested `col IN (...)` (see the module's docstring): the column of
+    another table that a key joins to `col` (declared keys first, then implicit ones), else
+    `col` itself over its table joined to a neighbour (rows with related rows there)."""
+    schema = writer.schema
+    table = schema.columns[column].table
+
+    def best(candidates: Iterable[int]) -> int | None:
+        others = [c for c in candidates if schema.columns[c].table != table]
+        if not others:
+            return None
+        return min(others, key=lambda c: (schema.columns[c].table in outer, c))
+
+    declared = sorted(schema.foreign_keys, key=lambda k: (k.column, k.referenced))
+    for keys in (declared, implicit_keys(schema)):
+        targets = [k.referenced for k in keys if k.column == column]
+        for candidates in (
+            [k.column for k in keys if k.referenced == column],
+            [k.column for k in keys if k.referenced in targets and k.column != column],
+            targets,
+        ):
+            found = best(candidates)
+            if found is not None:
+                source = writer.table(schema.columns[found].table)
+                return f"(SELECT {writer.column(found, bare=True)} FROM {source})"  # noqa: S608 (quoted names)
+    neighbours = sorted(
+        (other in outer, link.cost, other, link) for other, link in _links(schema)[table]
+    )
+    if not neighbours:
+        raise CompletionError("no foreign key for IN", schema.qualified(column))
+    *_, other, link = neighbours[0]
+
+    def name(index: int) -> str:
+        return quote_identifier(schema.columns[index].name)
+
+    condition = " AND ".join(f"s1.{name(a)} = s2.{name(b)}" for a, b in link.seen_from(table))
+    return (
+        f"(SELECT s1.{name(column)} FROM {writer.table(table)} AS s1"  # noqa: S608 (quoted names)
+        f" JOIN {writer.table(other)} AS s2 ON {condition})"
+    )
+
+
+@dataclass
+class _Query:
+    """What the clause writers share: the sketch, the names, and the literals still unused."""
+
+    sketch: Sketch
+    schema: Schema
+    question: str
+    writer: _Writer
+    joined: list[JoinStep]
+    select: list[SelectItem]
+    plain: list[int]  # plain columns of SELECT and ORDER BY, in order
+    pool: list[Literal]
+    used: list[bool]
+    limit: int | None
+
+    @property
+    def slots(self) -> Slots:
+        return self.sketch.slots
+
+
+def _select_clause(query: _Query) -> str:
+    select = query.select
+    distinct_select = distinct_count = False
+    if "distinct" in query.sketch.keywords:
+        counts_a_column = any(i.aggregate == "count" and i.column != STAR for i in select)
+        if counts_a_column and all(i.aggregate for i in select):
+            distinct_count = True
+        else:
+            distinct_select = True
+    items = [
+        query.writer.item(
+            i, distinct=distinct_count and i.aggregate == "count" and i.column != STAR
+        )
+        for i in select
+    ]
+    return ("SELECT DISTINCT " if distinct_select else "SELECT ") + ", ".join(items)
+
+
+def _from_clause(query: _Query) -> str:
+    return "FROM " + query.writer.from_clause(query.joined)
+
+
+def _where_clause(query: _Query) -> str:
+    schema, writer, predicates = query.schema, query.writer, query.slots.where
+    reserved: set[int] = set()
+    if any(item.aggregate == "count" for item in query.slots.having):
+        reserved = {
+            i for i, literal in enumerate(query.pool) if _spelt_out(query.question, literal)
+        }
+    chosen, query.used = _assign(predicates, schema, query.pool, query.question, reserved)
+    outer = {j.table for j in query.joined}
+    conditions: list[str] = []
+    for predicate, values in zip(predicates, chosen, strict=True):
+        target = schema.columns[predicate.column]
+        name = writer.column(predicate.column)
+        operator = _SQL_OPERATORS.get(predicate.operator, predicate.operator.upper())
+        if predicate.nested and predicate.operator in ("in", "not in"):
+            conditions.append(f"{name} {operator} {_membership(writer, predicate.column, outer)}")
+        elif predicate.nested and predicate.operator in _COMPARISONS:
+            aggregate = _nested_aggregate(query.question, predicate.operator)
+            whole = _whole_table(writer, aggregate, predicate.column)
+            conditions.append(f"{name} {operator} {whole}")
+        elif len(values) < _needs(predicate):
+            raise CompletionError(
+                "no value", f"{schema.qualified(predicate.column)} {predicate.operator}"
+            )
+        elif predicate.operator == "between":
+            bounds = values
+            if all(isinstance(v.value, int | float) for v in values):
+                bounds = sorted(values, key=lambda v: float(v.value))
+            low, high = (_value(v, target) for v in bounds)
+            conditions.append(f"{name} BETWEEN {low} AND {high}")
+        elif predicate.operator in ("like", "not like"):
+            conditions.append(f"{name} {operator} {_value(values[0], target, pattern=True)}")
+        elif predicate.operator in ("in", "not in"):
+            conditions.append(f"{name} {operator} ({_value(values[0], target)})")
+        else:
+            conditions.append(f"{name} {operator} {_value(values[0], target)}")
+    if not conditions:
+        return ""
+    return "WHERE " + (" OR " if query.slots.where_or else " AND ").join(conditions)
+
+
+def _whole_table(writer: _Writer, aggregate: str, column: int) -> str:
+    """`(SELECT aggregate(column) FROM its table)`."""
+    source = writer.table(writer.schema.columns[column].table)
+    return f"(SELECT {aggregate}({writer.column(column, bare=True)}) FROM {source})"  # noqa: S608 (quoted names)
+
+
+def _group_clause(query: _Query) -> str:
+    schema, slots = query.schema, query.slots
+    aggregated = any(i.aggregate for i in (*query.select, *slots.having, *slots.order_by))
+    group = sorted(slots.group_by)
+    if not group and aggregated:
+        group = sorted(set(query.plain))
+    if not group:
+        return ""
+    grouped = set(group)
+    for column in dict.fromkeys(query.plain):
+        if column in grouped:
+            continue
+        keys = [
+            c
+            for c in schema.table_columns[schema.columns[column].table]
+            if schema.columns[c].primary_key
+        ]
+        if not keys or not grouped.issuperset(keys):
+            group.append(column)
+            grouped.add(column)
+    return "GROUP BY " + ", ".join(query.writer.column(c) for c in group)
+
+
+def _having_clause(query: _Query) -> str:
+    slots, question, writer = query.slots, query.question, query.writer
+    nested = "nested" in query.sketch.keywords and not any(p.nested for p in slots.where)
+    numbers = [
+        query.pool[i]
+        for i, literal in enumerate(query.pool)
+        if not query.used[i] and _as_number(str(literal.value)) is not None
+    ]
+    conditions: list[str] = []
+    for index, item in enumerate(slots.having):
+        name = writer.item(item)
+        if index == 0 and nested and item.column != STAR:
+            aggregate = item.aggregate or _nested_aggregate(question, ">")
+            conditions.append(f"{name} > {_whole_table(writer, aggregate, item.column)}")
+            continue
+        if not numbers:
+            if item.aggregate != "count":
+                raise CompletionError("no value", f"HAVING {item.text(query.schema)}")
+            conditions.append(f"{name} > 1")
+            continue
+        literal = numbers.pop(0)
+        value = _number_text(_number(literal))
+        operator = _operator_cue(question, _find_span(question, literal))
+        if operator == "between" and numbers:
+            conditions.append(f"{name} BETWEEN {value} AND {_number_text(_number(numbers.pop(0)))}")
+            continue
+        conditions.append(f"{name} {'>=' if operator == 'between' else operator} {value}")
+    return "HAVING " + " AND ".join(conditions) if conditions else ""
+
+
+def _number(literal: Literal) -> int | float:
+    value = _as_number(str(literal.value))
+    if value is None:
+        raise CompletionError("no value", f"{literal.value!r} is not a number")
+    return value
+
+
+def _order_clause(query: _Query) -> str:
+    if not query.slots.order_by:
+        return ""
+    direction = " DESC" if "desc" in query.sketch.keywords else ""
+    return "ORDER BY " + ", ".join(query.writer.item(i) + direction for i in query.slots.order_by)
+
+
+def _limit_clause(query: _Query) -> str:
+    return "" if query.limit is None else f"LIMIT {query.limit}"
+
+
+CLAUSES = (
+    _select_clause,
+    _from_clause,
+    _where_clause,
+    _group_clause,
+    _having_clause,
+    _order_clause,
+    _limit_clause,
+)
+"""The clause writers, in the order of the query they write (WHERE before HAVING: HAVING takes
+the number literals WHERE left)."""
+
+
+def _extreme_row(sketch: Sketch) -> Sketch:
+    """`SELECT name, max(age) FROM t` (SQLite: the name of the oldest) as PostgreSQL can say it:
+    ordered by that max (min: ascending), LIMIT 1. Only for one max or min beside plain columns
+    in a sketch with no GROUP BY, HAVING, ORDER BY or LIMIT of its own (grouping by the plain
+    columns, which follows, then gives the row of the extreme value)."""
+    slots = sketch.slots
+    extremes = [i for i in sketch.select if i.aggregate in ("max", "min") and i.column != STAR]
+    others = [i for i in sketch.select if i not in extremes]
+    if (
+        len(extremes) != 1
+        or not others
+        or any(i.aggregate or i.column == STAR for i in others)
+        or sketch.keywords & {"group by", "having", "order by", "limit"}
+        or slots.group_by
+        or slots.having
+        or slots.order_by
+        or slots.limit is not None
+    ):
+        return sketch
+    (extreme,) = extremes
+    direction = "desc" if extreme.aggregate == "max" else "asc"
+    return replace(
+        sketch,
+        keywords=sketch.keywords | {"order by", direction, "limit"},
+        slots=replace(slots, order_by=(extreme,), limit=1),
+    )
+
+
+def complete(
+    sketch: Sketch, schema: Schema, literals: Sequence[Literal] = (), *, question: str = ""
+) -> str:
+    """The sketch as one PostgreSQL SELECT (see the module's docstring for every choice).
+
+    `literals` are the values to put in WHERE and HAVING, in order (`question_literals`, then
+    what calibration found); `question`, when given, supplies the cues the sketch lacks: the
+    N of "top N", HAVING comparisons, the aggregate of a nested comparison. Raises
+    `CompletionError` for a sketch that cannot be made into SQL."""
+    if not sketch.select:
+        raise CompletionError("unsupported item", "empty SELECT")
+    sketch = _extreme_row(sketch)
+    slots = sketch.slots
+    select = sorted(
+        sketch.select, key=lambda i: (i.aggregate != "", i.column, AGGREGATES.index(i.aggregate))
+    )
+    plain = [i.column for i in (*select, *slots.order_by) if not i.aggregate and i.column != STAR]
+    mentioned = [
+        *(i.column for i in (*select, *slots.having, *slots.order_by) if i.column != STAR),
+        *(p.column for p in slots.where),
+        *slots.group_by,
+    ]
+    for column in mentioned:
+        if not 0 <= column < len(schema.columns):
+            raise CompletionError("unsupported item", f"column {column}")
+    for table in sketch.tables:
+        if not 0 <= table < len(schema.tables):
+            raise CompletionError("unsupported item", f"table {table}")
+    joined = join_tree(schema, {*sketch.tables, *(schema.columns[c].table for c in mentioned)})
+
+    # LIMIT is decided first: the number of "top 3" in the question is not a value.
+    limit: int | None = None
+    limit_span: tuple[int, int] | None = None
+    if "limit" in sketch.keywords or slots.limit is not None:
+        found = limit_in_question(question) if question else None
+        if found is not None:
+            limit, limit_span = found
+        else:
+            limit = slots.limit if slots.limit is not None else 1
+    pool = [literal for literal in literals if limit_span is None or literal.span != limit_span]
+
+    query = _Query(
+        sketch=sketch,
+        schema=schema,
+        question=question,
+        writer=_Writer(schema, joined),
+        joined=joined,
+        select=select,
+        plain=plain,
+        pool=pool,
+        used=[False] * len(pool),
+        limit=limit,
+    )
+    sql = " ".join(text for clause in CLAUSES if (text := clause(query)))
+    _check(sql)
+    return sql
+
+
+def _check(sql: str) -> None:
+    """Raise CompletionError unless `sql` is exactly one SELECT for PostgreSQL's parser."""
+    try:
+        statements = parse_sql(sql)
+    except ParseError as error:
+        raise CompletionError("unparsable", f"{error}: {sql}") from error
+    if len(statements) != 1 or not isinstance(statements[0].stmt, ast.SelectStmt):
+        raise CompletionError("unparsable", f"not one SELECT: {sql}")
+
+
+def set_operation(sketch: Sketch) -> str | None:
+    """The set operation whose right side `complete` leaves out, if the sketch has one."""
+    return next((op for op in SET_OPERATIONS if op in sketch.keywords), None)
