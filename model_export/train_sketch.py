@@ -83,16 +83,18 @@ def tokenizer_path() -> Path:
     return base_model_dir() / "tokenizer.json"
 
 
-def scores_of(example: Example, outputs: Sequence[Any]) -> SketchScores:
-    """Merge per-window model outputs (numpy arrays, one row per window) into one SketchScores."""
-    column_logits, table_logits, question_logits = outputs
+def scores_of(
+    example: Example, outputs: Sequence[tuple[np.ndarray[Any, Any], ...]]
+) -> SketchScores:
+    """Merge the model outputs of an example's windows — (column, table, question) logits of
+    each window, in window order, padding rows allowed — into one SketchScores."""
     return merge_windows(
         example.schema,
         window_columns=[w.window.columns for w in example.windows],
         window_tables=[w.window.tables for w in example.windows],
-        column_logits=list(column_logits),
-        table_logits=list(table_logits),
-        question_logits=list(question_logits),
+        column_logits=[o[0] for o in outputs],
+        table_logits=[o[1] for o in outputs],
+        question_logits=[o[2] for o in outputs],
     )
 
 
@@ -222,8 +224,7 @@ def predict(model: Any, examples: Sequence[Example], batch_size: int) -> list[Sk
                 )
     result = []
     for e, example in enumerate(examples):
-        parts = [outputs[(e, w)] for w in range(len(example.windows))]
-        result.append(scores_of(example, [np.stack([p[i] for p in parts]) for i in range(3)]))
+        result.append(scores_of(example, [outputs[(e, w)] for w in range(len(example.windows))]))
     return result
 
 
