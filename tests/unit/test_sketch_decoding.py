@@ -150,6 +150,8 @@ def _keywords(*names: str) -> frozenset[int]:
         (("order by", "asc", "desc"), False),
         (("asc",), False),
         (("desc", "limit"), False),
+        (("limit",), False),
+        (("where", "limit"), False),
         (("asc", "desc"), False),
         (("order by", "desc", "limit"), True),
         (("group by",), True),
