@@ -8,14 +8,14 @@
    KEYWORDS, top-1 under each ranking of the SELECT x KEYWORDS pairs (aligner log-odds + sketch
    log-probability, pgnl's default; the aligner alone, the paper's; the sketch model alone, the
    ablation), and top-k (the gold part among K1 = 4 SELECT, K2 = 2 FROM, K3 = 2 KEYWORDS). For the
-   shipped int8 models, and for the fp32 ONNX models when `build/onnx/` holds them (made by
-   `python -m model_export.export_sketch`).
+   shipped models (the form manifest.json names), and for the fp32 and int8 ONNX models when
+   `build/onnx/` holds them (made by `python -m model_export.export_sketch`).
 2. Latency of one question (sketch model + aligner + decoding, `Sketcher.sketch`): the first
-   `--latency-questions` dev questions, each run once with ONNX int8 (shipped), ONNX fp32 and
-   PyTorch eager (the trained checkpoints in `build/`, through the same `Sketcher` code), the three
-   interleaved question by question so that the machine's noise falls on all alike; p50 and p95
-   and their ratios. fp32 and PyTorch are skipped, with a note, when their files or torch are
-   missing.
+   `--latency-questions` dev questions, each run once with the shipped models, ONNX fp32, ONNX
+   int8 and PyTorch eager (the trained checkpoints in `build/`, through the same `Sketcher`
+   code), interleaved question by question so that the machine's noise falls on all alike; p50
+   and p95 and their ratios. What is not built (or torch, when missing) is skipped with a
+   note.
 
 Progress goes to stderr; the report (Markdown tables) to stdout.
 """
@@ -35,11 +35,14 @@ import numpy as np
 from model_export.evaluate_sketch import PARTS, Question, accuracy, dev_questions
 from proxy.config import SketchSettings
 from proxy.nl2sql.sketcher import SKETCH_MODEL, Sketcher, load_sketcher
-from proxy.runtime import resolve_models_dir
+from proxy.runtime import read_manifest, resolve_models_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
-FP32 = (BUILD / "onnx" / "sketch.fp32.onnx", BUILD / "onnx" / "aligner.fp32.onnx")
+BUILT = {
+    "ONNX fp32": (BUILD / "onnx" / "sketch.fp32.onnx", BUILD / "onnx" / "aligner.fp32.onnx"),
+    "ONNX int8": (BUILD / "onnx" / "sketch.int8.onnx", BUILD / "onnx" / "aligner.int8.onnx"),
+}
 
 ROW_NAMES = {
     "combined": "aligner log-odds + sketch log-probability (default)",
@@ -152,19 +155,20 @@ def latency(variants: dict[str, Sketcher], questions: Sequence[Question]) -> str
             sys.stderr.write(f"\r  latency: {number}/{len(questions)} questions".ljust(60))
             sys.stderr.flush()
     sys.stderr.write("\n")
-    base = float(np.percentile(timings["ONNX int8"], 50))
+    first = next(iter(timings))
+    base = float(np.percentile(timings[first], 50))
     lines = [
         f"### Latency per question, sketch model + aligner + decoding ({len(questions)} dev "
         "questions, interleaved in one run)",
         "",
-        "| runtime | p50 ms | p95 ms | p50 / ONNX int8 |",
+        f"| runtime | p50 ms | p95 ms | p50 / {first} |",
         "|---|---|---|---|",
     ]
     for name, values in timings.items():
         p50, p95 = np.percentile(values, 50), np.percentile(values, 95)
         lines.append(f"| {name} | {p50:.1f} | {p95:.1f} | {p50 / base:.2f} |")
     mean_windows = statistics.mean(
-        len(variants["ONNX int8"]._encoder.encode(q.question, q.schema)) for q in questions
+        len(variants[first]._encoder.encode(q.question, q.schema)) for q in questions
     )
     lines.append("")
     lines.append(f"Schema windows a question (mean): {mean_windows:.2f}")
@@ -181,25 +185,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     questions = dev_questions(limit=args.limit)
     shipped = load_sketcher()
-    say(f"shipped models on {shipped.provider}")
-    fp32 = None
-    if all(path.exists() for path in FP32):
-        fp32 = Sketcher.from_files(
-            FP32[0], FP32[1], resolve_models_dir() / SKETCH_MODEL / "tokenizer.json"
-        )
+    form = read_manifest(resolve_models_dir())["models"][SKETCH_MODEL].get("shipped_form", "")
+    say(f"shipped models ({form}) on {shipped.provider}")
+    variants = {f"ONNX {form} (shipped)": shipped}
+    tokenizer = resolve_models_dir() / SKETCH_MODEL / "tokenizer.json"
+    for name, (sketch_path, aligner_path) in BUILT.items():
+        if sketch_path.exists() and aligner_path.exists():
+            variants[name] = Sketcher.from_files(sketch_path, aligner_path, tokenizer)
+        else:
+            say(f"{name} skipped: {sketch_path} not built (python -m model_export.export_sketch)")
     report = ["## Sketch accuracy and latency (benchmarks.sketch_accuracy)", ""]
     if not args.skip_accuracy:
-        say(f"accuracy, shipped int8 models, {len(questions)} questions")
-        report += [accuracy_table(accuracy(shipped, questions), "ONNX int8 (shipped)"), ""]
-        if fp32 is not None:
-            say("accuracy, fp32 ONNX models")
-            report += [accuracy_table(accuracy(fp32, questions), "ONNX fp32"), ""]
-        else:
-            report += ["(fp32 ONNX models not in build/onnx/: run model_export.export_sketch)", ""]
+        for name, sketcher in variants.items():
+            say(f"accuracy, {name}, {len(questions)} questions")
+            report += [accuracy_table(accuracy(sketcher, questions), name), ""]
     if not args.skip_latency:
-        variants = {"ONNX int8": shipped}
-        if fp32 is not None:
-            variants["ONNX fp32"] = fp32
         eager = torch_sketcher()
         if eager is not None:
             variants["PyTorch eager"] = eager
