@@ -20,12 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.nl2sql.schema import Schema, load_spider_schemas
-from proxy.nl2sql.sketch import (
-    Sketch,
-    from_candidates,
-    keyword_candidates,
-    select_candidates,
-)
+from proxy.nl2sql.sketch import Sketch
 from proxy.nl2sql.sketcher import Sketcher, rank
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,34 +64,29 @@ def accuracy(
     sketcher: Sketcher, questions: Sequence[Question], *, progress: bool = True
 ) -> dict[str, Any]:
     """Exact-set match (%) of each part, top-1 under each ranking and top-k."""
-    settings = sketcher.settings
     hits = {name: dict.fromkeys(PARTS, 0) for name in (*RANKINGS, "top_k")}
     started = time.monotonic()
     for number, item in enumerate(questions, 1):
-        scores = sketcher.scores(item.question, item.schema)
-        selects = select_candidates(scores, settings.select_k)
-        keywords = keyword_candidates(scores, settings.keywords_k)
-        froms = from_candidates(scores, settings.from_k)
-        aligned = sketcher.align(item.question, item.schema, selects, keywords)
+        found = sketcher.hypotheses(item.question, item.schema)
         if item.gold is not None:
             gold = _parts(item.gold)
             for name in RANKINGS:
-                if name != "sketch" and aligned is None:
+                if name != "sketch" and found.aligned is None:
                     continue
                 best = rank(
-                    scores,
-                    selects,
-                    keywords,
-                    froms,
-                    None if name == "sketch" else aligned,
+                    found.scores,
+                    found.selects,
+                    found.keywords,
+                    found.froms,
+                    None if name == "sketch" else found.aligned,
                     combine=name == "combined",
                 )[0]
                 for part, mine, right in zip(PARTS, _parts(best), gold, strict=True):
                     hits[name][part] += mine == right
             top_k = (
-                any(s == item.gold.select for s, _ in selects),
-                any(t == item.gold.tables for t, _ in froms),
-                any(k == item.gold.keywords for k, _ in keywords),
+                any(s == item.gold.select for s, _ in found.selects),
+                any(t == item.gold.tables for t, _ in found.froms),
+                any(k == item.gold.keywords for k, _ in found.keywords),
             )
             for part, hit in zip(PARTS, top_k, strict=True):
                 hits["top_k"][part] += hit

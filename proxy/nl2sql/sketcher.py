@@ -64,6 +64,9 @@ class Hypotheses:
     selects: list[tuple[frozenset[SelectItem], float]]
     froms: list[tuple[frozenset[int], float]]
     keywords: list[tuple[frozenset[str], float]]
+    aligned: FloatArray | None
+    """The aligner's logit for each SELECT x KEYWORDS pair (`itertools.product` order), or None
+    without an aligner."""
     sketches: list[Sketch]
 
 
@@ -175,7 +178,7 @@ class Sketcher:
         froms = from_candidates(scores, settings.from_k)
         aligned = self.align(question, schema, selects, keywords)
         sketches = rank(scores, selects, keywords, froms, aligned, combine=settings.combine)
-        return Hypotheses(scores, selects, froms, keywords, sketches)
+        return Hypotheses(scores, selects, froms, keywords, aligned, sketches)
 
     def sketch(self, question: str, schema: Schema) -> list[Sketch]:
         """Ranked sketches, best first: K1 x K3 SELECT x KEYWORDS pairs, each with K2 FROMs."""
@@ -232,11 +235,12 @@ def load_sketcher(
         sketcher = _cache.get(key)
         if sketcher is None:
             providers, reason = choose_providers(runtime.provider)
-            sketch = verify_model(models_dir, SKETCH_MODEL, ("model.onnx", "tokenizer.json"))
-            aligner = verify_model(models_dir, ALIGNER_MODEL, ("model.onnx", "tokenizer.json"))
+            files = ("model.onnx", "tokenizer.json")
+            sketch = verify_model(models_dir, SKETCH_MODEL, files)
+            aligner = verify_model(models_dir, ALIGNER_MODEL, files) if settings.aligner else None
             sketcher = Sketcher.from_files(
                 sketch.file("model.onnx"),
-                aligner.file("model.onnx") if settings.aligner else None,
+                aligner.file("model.onnx") if aligner is not None else None,
                 sketch.file("tokenizer.json"),
                 settings=settings,
                 providers=providers,
