@@ -49,7 +49,7 @@ from proxy.config import SketchSettings
 from proxy.nl2sql.aligner import pair_text
 from proxy.nl2sql.encoding import WindowEncoder, batch
 from proxy.nl2sql.sketcher import ALIGNER_MODEL, SKETCH_MODEL, Sketcher
-from proxy.runtime import load_tokenizer, sha256_file
+from proxy.runtime import load_tokenizer, pad_encodings, sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT / "proxy" / "models"
@@ -147,15 +147,7 @@ def export_aligner_fp32(target: Path, workdir: Path, layers: int) -> float:
         for q in questions
         if q.gold is not None
     ]
-    encodings = tokenizer.encode_batch(texts)
-    width = max(len(e.ids) for e in encodings)
-    ids = np.zeros((len(texts), width), dtype=np.int64)
-    types = np.zeros_like(ids)
-    mask = np.zeros_like(ids)
-    for row, encoding in enumerate(encodings):
-        ids[row, : len(encoding.ids)] = encoding.ids
-        types[row, : len(encoding.ids)] = encoding.type_ids
-        mask[row, : len(encoding.ids)] = 1
+    ids, mask, types = pad_encodings(tokenizer.encode_batch(texts))
     dynamic = {
         name: {0: "batch", 1: "sequence"}
         for name in ("input_ids", "attention_mask", "token_type_ids")

@@ -203,6 +203,27 @@ def create_session(
     return session
 
 
+IntArray = npt.NDArray[np.int64]
+
+
+def pad_encodings(
+    encodings: Sequence[Encoding], width: int | None = None
+) -> tuple[IntArray, IntArray, IntArray]:
+    """Token ids, attention mask and token type ids of `encodings`, right-padded with zeros to
+    `width` (default: the longest)."""
+    if width is None:
+        width = max((len(e.ids) for e in encodings), default=0)
+    input_ids = np.zeros((len(encodings), width), dtype=np.int64)
+    attention_mask = np.zeros_like(input_ids)
+    token_type_ids = np.zeros_like(input_ids)
+    for row, encoding in enumerate(encodings):
+        n = len(encoding.ids)
+        input_ids[row, :n] = encoding.ids
+        attention_mask[row, :n] = 1
+        token_type_ids[row, :n] = encoding.type_ids
+    return input_ids, attention_mask, token_type_ids
+
+
 def load_tokenizer(path: Path, max_length: int) -> Tokenizer:
     """A tokenizer that truncates to `max_length` tokens and does not pad (callers pad)."""
     tokenizer = Tokenizer.from_file(str(path))
@@ -292,15 +313,10 @@ class Embedder:
         return result
 
     def _run(self, encodings: list[Encoding], width: int) -> FloatArray:
-        input_ids = np.zeros((len(encodings), width), dtype=np.int64)
-        attention_mask = np.zeros((len(encodings), width), dtype=np.int64)
-        for row, encoding in enumerate(encodings):
-            n = len(encoding.ids)
-            input_ids[row, :n] = encoding.ids
-            attention_mask[row, :n] = 1
+        input_ids, attention_mask, token_type_ids = pad_encodings(encodings, width)
         feed = {"input_ids": input_ids, "attention_mask": attention_mask}
         if "token_type_ids" in self._inputs:
-            feed["token_type_ids"] = np.zeros_like(input_ids)
+            feed["token_type_ids"] = token_type_ids
         (embeddings,) = self._session.run([self._output], feed)
         return np.asarray(embeddings, dtype=np.float32)
 

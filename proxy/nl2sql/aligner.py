@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 
 from proxy.nl2sql.schema import Schema
 from proxy.nl2sql.sketch import KEYWORDS, STAR, SelectItem
+from proxy.runtime import pad_encodings
 
 MAX_LENGTH = 128
 
@@ -71,16 +72,9 @@ class Aligner:
         """One logit a pair (higher: both parts more likely right)."""
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        encodings = self._tokenizer.encode_batch(list(pairs))
-        width = max(len(e.ids) for e in encodings)
-        input_ids = np.zeros((len(pairs), width), dtype=np.int64)
-        attention_mask = np.zeros_like(input_ids)
-        token_type_ids = np.zeros_like(input_ids)
-        for row, encoding in enumerate(encodings):
-            n = len(encoding.ids)
-            input_ids[row, :n] = encoding.ids
-            attention_mask[row, :n] = 1
-            token_type_ids[row, :n] = encoding.type_ids
+        input_ids, attention_mask, token_type_ids = pad_encodings(
+            self._tokenizer.encode_batch(list(pairs))
+        )
         feed = {"input_ids": input_ids, "attention_mask": attention_mask}
         if "token_type_ids" in self._inputs:
             feed["token_type_ids"] = token_type_ids
