@@ -204,12 +204,13 @@ def rank(
         logits = np.asarray(aligned, dtype=np.float64)
         pair_scores = logits + pair_scores if combine else logits
     ranked = sorted(range(len(pairs)), key=lambda i: -pair_scores[i])
+    slots = {chosen: slots_for(scores, chosen) for chosen, _ in keywords}
     return [
         Sketch(
             select=pairs[i][0][0],
             tables=tables,
             keywords=pairs[i][1][0],
-            slots=slots_for(scores, pairs[i][1][0]),
+            slots=slots[pairs[i][1][0]],
             score=float(pair_scores[i] + from_score),
         )
         for i in ranked
