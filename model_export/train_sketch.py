@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -109,10 +108,6 @@ def top1_accuracy(examples: Sequence[Example], scores: Sequence[SketchScores]) -
     return {part: round(100.0 * count / max(len(examples), 1), 1) for part, count in hits.items()}
 
 
-def _pad_to(value: int, multiple: int) -> int:
-    return int(math.ceil(value / multiple) * multiple)
-
-
 def batch_plan(
     examples: Sequence[Example], epoch: int, seed: int, size: int
 ) -> list[list[tuple[int, int]]]:
@@ -126,25 +121,17 @@ def batch_plan(
 
 
 def batch_loss(model: Any, examples: Sequence[Example], items: Sequence[tuple[int, int]]) -> Any:
-    """The loss of one batch. Shapes are padded to multiples (tokens 32, columns 8, tables 4), so
-    that few distinct shapes reach the CPU kernels (each new shape costs memory in their
+    """The loss of one batch. Shapes are padded to multiples (tokens 32, columns and tables 8),
+    so that few distinct shapes reach the CPU kernels (each new shape costs memory in their
     caches)."""
     import torch
 
-    from model_export.sketch_model import loss, targets
+    from model_export.sketch_model import INPUT_NAMES, loss, targets
 
     windows = [examples[e].windows[w] for e, w in items]
-    arrays = batch(windows)
-    n = len(windows)
-    width = _pad_to(arrays.input_ids.shape[1], 32)
-    columns = _pad_to(arrays.column_pool.shape[1], 8)
-    tables = _pad_to(arrays.table_pool.shape[1], 4)
-
-    def pad(array: np.ndarray[Any, Any], *shape: int) -> Any:
-        out = np.zeros(shape, dtype=array.dtype)
-        out[tuple(slice(0, size) for size in array.shape)] = array
-        return torch.from_numpy(out)
-
+    arrays = batch(windows, token_multiple=32, item_multiple=8)
+    n, columns = arrays.column_mask.shape
+    tables = arrays.table_mask.shape[1]
     column_targets = np.zeros((n, columns, COLUMN_OUTPUTS), dtype=np.float32)
     table_targets = np.zeros((n, tables), dtype=np.float32)
     question_targets = np.zeros((n, QUESTION_OUTPUTS), dtype=np.float32)
@@ -153,20 +140,14 @@ def batch_loss(model: Any, examples: Sequence[Example], items: Sequence[tuple[in
         column_targets[row, : len(c)] = c
         table_targets[row, : len(t)] = t
         question_targets[row] = q
-    outputs = model(
-        pad(arrays.input_ids, n, width),
-        pad(arrays.attention_mask, n, width),
-        pad(arrays.token_type_ids, n, width),
-        pad(arrays.column_pool, n, columns, width),
-        pad(arrays.table_pool, n, tables, width),
-    )
+    outputs = model(*(torch.from_numpy(getattr(arrays, name)) for name in INPUT_NAMES))
     return loss(
         outputs,
         column_targets=torch.from_numpy(column_targets),
         table_targets=torch.from_numpy(table_targets),
         question_targets=torch.from_numpy(question_targets),
-        column_mask=pad(arrays.column_mask, n, columns),
-        table_mask=pad(arrays.table_mask, n, tables),
+        column_mask=torch.from_numpy(arrays.column_mask),
+        table_mask=torch.from_numpy(arrays.table_mask),
     )
 
 

@@ -119,11 +119,18 @@ def _pool(rows: Sequence[tuple[int, ...]], width: int, items: int) -> FloatArray
     return pool
 
 
-def batch(encoded: Sequence[EncodedWindow]) -> Batch:
-    """Pad a list of windows to the longest of each dimension."""
-    width = max(e.length for e in encoded)
-    columns = max(len(e.column_tokens) for e in encoded)
-    tables = max(1, *(len(e.table_tokens) for e in encoded))
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def batch(
+    encoded: Sequence[EncodedWindow], *, token_multiple: int = 1, item_multiple: int = 1
+) -> Batch:
+    """Pad a list of windows to the longest of each dimension, rounded up to a multiple of
+    `token_multiple` (tokens) and `item_multiple` (columns, tables)."""
+    width = _round_up(max(e.length for e in encoded), token_multiple)
+    columns = _round_up(max(len(e.column_tokens) for e in encoded), item_multiple)
+    tables = _round_up(max(1, *(len(e.table_tokens) for e in encoded)), item_multiple)
     n = len(encoded)
     input_ids = np.zeros((n, width), dtype=np.int64)
     attention_mask = np.zeros((n, width), dtype=np.int64)
