@@ -1,4 +1,4 @@
-"""The `pgnl` command: serve, demo, config, migrate, index."""
+"""The `pgnl` command: serve, demo, config, migrate, index, ask."""
 
 from __future__ import annotations
 
@@ -184,6 +184,76 @@ def cmd_index(settings: config.Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _table(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
+    """Rows aligned under their column names, as psql prints them."""
+    shown = [["" if v is None else str(v) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in shown)]) for i, c in enumerate(columns)]
+    lines = [" | ".join(c.center(w) for c, w in zip(columns, widths, strict=True))]
+    lines.append("-+-".join("-" * w for w in widths))
+    lines += [" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in shown]
+    lines.append(f"({len(rows)} row{'' if len(rows) == 1 else 's'})")
+    return "\n".join(lines)
+
+
+def cmd_ask(settings: config.Settings, args: argparse.Namespace) -> int:
+    import psycopg
+
+    from proxy.nl2sql.database import PsycopgDatabase
+    from proxy.nl2sql.llm import BlockingLLM
+    from proxy.nl2sql.pipeline import load_pipeline
+    from proxy.nl2sql.querylog import insert_statement
+    from proxy.runtime import ModelFilesError
+
+    question = " ".join(args.question.split())
+    if not question:
+        print("pgnl: the question is empty: write it after pgnl ask", file=sys.stderr)
+        return 2
+    llm = BlockingLLM.start(settings.llm)
+    try:
+        pipeline = load_pipeline(settings, llm)
+        with psycopg.connect(args.dsn) as conn:
+            conn.read_only = True  # every query of the answer runs in a READ ONLY transaction
+            answer = pipeline.answer(question, PsycopgDatabase(conn))
+            columns: list[str] = []
+            rows = answer.rows
+            if answer.sql is not None and not args.show:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.execute(answer.sql.encode())
+                    columns = [d.name for d in cur.description or ()]
+                    rows = cur.fetchall()
+        with psycopg.connect(args.dsn, autocommit=True) as log_conn:
+            statement, params = insert_statement(answer, "ask")
+            try:
+                psycopg.RawCursor(log_conn).execute(statement.encode(), params)
+            except psycopg.Error as exc:
+                log.warning("the question was not logged in nl.query_log: %s", exc)
+    except ModelFilesError as exc:
+        print(f"pgnl: {exc}", file=sys.stderr)
+        return 1
+    except psycopg.Error as exc:
+        print(f"pgnl: ask failed: {_database_error(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        if llm is not None:
+            llm.close()
+    for notice in answer.notices:
+        print(f"NOTICE: {notice}", file=sys.stderr)
+    if args.explain:
+        from proxy.nl2sql.answer import TRACE_COLUMNS
+
+        print(_table(list(TRACE_COLUMNS), [row.values() for row in answer.trace]))
+        return 0 if answer.error is None else 1
+    if answer.error is not None:
+        error = answer.error
+        print(f"pgnl: ERROR {error.sqlstate}: {error.message}", file=sys.stderr)
+        for label, text in (("DETAIL", error.detail), ("HINT", error.hint)):
+            if text:
+                print(f"{label}: {text}", file=sys.stderr)
+        return 1
+    print(answer.sql if args.show else f"-- {answer.sql}\n{_table(columns, rows)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgnl", description="Natural-language questions for PostgreSQL, through a proxy."
@@ -220,6 +290,15 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--max-value-length", type=int, help="longer values are free text")
     index.add_argument("--batch-size", type=int, help="values embedded per batch")
     index.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+
+    ask = commands.add_parser(
+        "ask", help="answer a question from the command line (the SQL, then the rows)"
+    )
+    ask.add_argument("--dsn", required=True, help="the database, as a libpq DSN or URI")
+    shown = ask.add_mutually_exclusive_group()
+    shown.add_argument("--show", action="store_true", help="print the chosen SQL only")
+    shown.add_argument("--explain", action="store_true", help="print the trace")
+    ask.add_argument("question", help="the question, in quotes")
     return parser
 
 
@@ -249,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": cmd_config,
         "migrate": lambda settings: cmd_migrate(settings, args),
         "index": lambda settings: cmd_index(settings, args),
+        "ask": lambda settings: cmd_ask(settings, args),
     }
     try:
         return handlers[args.command](settings)

@@ -257,6 +257,44 @@ class LLMSettings:
 
 
 @dataclass
+class PipelineSettings:
+    max_candidates: int = field(
+        default=8,
+        metadata=_doc(
+            "Ranked sketches tried per question, best first, until one returns rows "
+            "(ZeroNL2SQL's execution-based selection)."
+        ),
+    )
+    feedback_rounds: int = field(
+        default=1,
+        metadata=_doc(
+            "Times the LLM is shown the database's error for its query and asked to correct it "
+            "(the paper's p)."
+        ),
+    )
+    statement_timeout_s: float = field(
+        default=5.0,
+        metadata=_doc(
+            "Statement timeout of each query the pipeline runs (candidates, look-ups, schema)."
+        ),
+    )
+    value_match: float = field(
+        default=0.5,
+        metadata=_doc(
+            "Strict word similarity a column's value needs to the question's words to be taken "
+            "as a literal the question names unquoted (PLM-only completion)."
+        ),
+    )
+    workers: int = field(
+        default=2,
+        metadata=_doc(
+            "Threads answering questions in the proxy (model work and the pipeline's queries); "
+            "other connections keep flowing meanwhile."
+        ),
+    )
+
+
+@dataclass
 class LogSettings:
     level: str = field(
         default="info", metadata=_doc("Log level: debug, info, warning or error (to stderr).")
@@ -273,6 +311,7 @@ class Settings:
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     sketch: SketchSettings = field(default_factory=SketchSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
+    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
 

@@ -35,7 +35,9 @@ sketch does not say:
   say: grouped by the plain columns, ORDER BY that max DESC (min: ASC) LIMIT 1.
 - WHERE: `slots.where` in order, joined by AND, or OR when `slots.where_or`. Literals go to the
   predicates that need one (`between` two) in four passes, each over the predicates in order
-  and taking the first fitting unused literal: (1) a number the question puts after a
+  and taking the first fitting unused literal: (1) a value found among the predicate's own
+  column's values (`Literal.column`; such a value goes to no other column), or a number the
+  question puts after a
   comparison ("older than 30", "at least 2") goes to a predicate of that direction (>, >= or
   <, <=, or BETWEEN), (2) the kind a predicate prefers (a number for a numeric column; a string
   for =, !=, LIKE, IN on a text column), (3) any literal for predicates that prefer neither (a
@@ -118,11 +120,13 @@ from proxy.nl2sql.sketch import (
 class Literal:
     """A value for a predicate: a string, or a number (int or float). `span` is where it was
     found in the question ((start, end) character offsets), None when it did not come from one;
-    equality ignores it."""
+    `column`, the schema column whose values it was found among (by the value index), None when
+    it was typed; equality ignores both."""
 
     value: str | int | float
     kind: str  # "string" | "number"
     span: tuple[int, int] | None = field(default=None, compare=False)
+    column: int | None = field(default=None, compare=False)
 
 
 NUMBER_WORDS = {
@@ -625,6 +629,8 @@ def _assign(
         direction = _DIRECTIONS.get(predicate.operator)
         if cue is not None and direction is None:
             return False  # "more than 3" is no value for =, LIKE or IN
+        if literal.column is not None:
+            return pass_ == 0 and literal.column == predicate.column
         if pass_ == 0:
             return cue is not None and cue == direction and kind in (None, literal.kind)
         if pass_ == 1:

@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import re
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -553,3 +554,59 @@ def _answer_text(completion: ChatCompletion) -> tuple[str, bool]:
             f"the LLM refused to answer: {refusal}" if refusal else "the LLM answered with no text"
         )
     return text, choice.finish_reason == "length"
+
+
+class BlockingLLM:
+    """An `LLMCompleter` called from worker threads: each call runs on the event loop that owns
+    the completer and blocks the calling thread until it returns (never call it on that loop).
+
+    The proxy shares its own loop (`BlockingLLM(completer, loop)`); `BlockingLLM.start(settings)`
+    starts a loop of its own in a daemon thread, for `pgnl ask` and the benchmarks. The wait is
+    bounded by the completer's deadline, so a stalled LLM cannot hold a thread for longer.
+    """
+
+    def __init__(self, completer: LLMCompleter, loop: asyncio.AbstractEventLoop) -> None:
+        self.completer = completer
+        self.loop = loop
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def start(
+        cls, settings: LLMSettings, environ: Mapping[str, str] | None = None
+    ) -> BlockingLLM | None:
+        """A completer for `[llm]` on a loop thread of its own; None when no LLM is configured."""
+        if not settings.base_url:
+            return None
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="pgnl-llm", daemon=True)
+        thread.start()
+
+        async def make() -> LLMCompleter:
+            return LLMCompleter(settings, environ=environ)
+
+        try:
+            completer = asyncio.run_coroutine_threadsafe(make(), loop).result()
+        except BaseException:
+            loop.call_soon_threadsafe(loop.stop)
+            raise
+        bridge = cls(completer, loop)
+        bridge._thread = thread
+        return bridge
+
+    @property
+    def model(self) -> str:
+        return self.completer.settings.model
+
+    def complete(self, messages: Sequence[Message]) -> str:
+        """`LLMCompleter.complete`, from a thread that is not the loop's."""
+        future = asyncio.run_coroutine_threadsafe(self.completer.complete(messages), self.loop)
+        return future.result(self.completer.settings.deadline_s + 5)
+
+    def close(self) -> None:
+        """Close the completer; stop the loop when it is this bridge's own."""
+        if self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.completer.aclose(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self._thread = None

@@ -14,6 +14,8 @@ candidates, never an error.
 - `search_semantic(literal, scope, k)`: nearest values by meaning (cosine similarity of MiniLM
   embeddings), e.g. 'NY' → 'New York'.
 - `values_in(scope, limit)`: the most frequent values of a scope.
+- `search_in_text(text, column, k, min_score)`: the column's values that a longer text names,
+  by pg_trgm's strict word similarity ("singers from france" finds 'France').
 
 Scores are similarities in [0, 1], results best first.
 """
@@ -150,6 +152,22 @@ class ValueIndex:
         rows = self._fetch(
             _SEARCH.format("semantic"),
             [query, k, scope.schema_name, scope.table_name, scope.column_name],
+        )
+        return self._candidates(rows)
+
+    def search_in_text(
+        self, text: str, column: ColumnRef, k: int = 3, min_score: float = 0.5
+    ) -> list[Candidate]:
+        """The k values of the column that `text` names best (score: strict word similarity of
+        the value to the text's closest run of whole words), those scoring min_score or more."""
+        normalised = normalise(text)
+        if not normalised or k <= 0:
+            return []
+        rows = self._fetch(
+            "SELECT schema_name, table_name, column_name, value, score, frequency "
+            "FROM nl.search_in_text($1::text, $2::integer, $3::text, $4::text, $5::text, "
+            "$6::double precision)",
+            [normalised, k, column.schema, column.table, column.column, min_score],
         )
         return self._candidates(rows)
 

@@ -1,0 +1,539 @@
+"""The NL2SQL pipeline: a question and a database in, the chosen SQL (and its rows) out.
+
+ZeroNL2SQL's Algorithm 2 as a declared sequence of stages (`STAGES`), each timed and traced:
+
+    schema     the database as the asking role sees it (`schema.introspect`), cached per catalog
+               fingerprint, so DDL or a grant is seen on the next question and nothing else is
+               re-read
+    sketch     ranked sketches: the sketch model's top-k SELECT x KEYWORDS x FROM, re-ranked by
+               the aligner (`Sketcher`)
+    values     (PLM-only) the values of each WHERE column that the question names unquoted,
+               found in the value index ("singers from france" -> 'France')
+    complete   the sketch made into SQL: by the LLM when one is configured, else by PLM-only
+               completion (`complete_plm`); an LLM that fails is not asked again for this
+               question, and PLM-only completion takes over, with a NOTICE
+    check      the SQL run; on an error, the LLM is shown it and asked for a correction, at most
+               [pipeline] feedback_rounds times
+    calibrate  literals that are not values of the database replaced by the closest real value
+               (`calibrate`); with an LLM, the corrections go back to it to rewrite the query,
+               and the calibrated SQL is kept when its rewrite does not run
+    execute    the calibrated SQL run
+
+Candidates are tried best sketch first ([pipeline] max_candidates of them, duplicates skipped).
+The first whose result is non-empty and not all NULL is chosen ("answered"); when none is, the
+first that ran ("fallback", with a NOTICE saying so); when none ran, an `AnswerError` (SQLSTATE
+NL001) that shows the last SQL tried.
+
+Every query goes through the `Database` the caller gives, as its role, with [pipeline]
+statement_timeout_s each: the caller runs them in a read-only transaction (the proxy opens one
+on the client's own connection; `pgnl ask` connects read-only), so nothing generated can write.
+A lost connection ends the answer (the exception propagates); a failing query only ends its
+candidate. `answer` blocks (models, queries): callers on an event loop run it in a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.config import Settings
+from proxy.nl2sql.answer import Answer, AnswerError, TraceRow
+from proxy.nl2sql.calibrate import Calibration, DatabaseCatalog, calibrate
+from proxy.nl2sql.complete_plm import CompletionError, Literal, complete, question_literals
+from proxy.nl2sql.database import Database
+from proxy.nl2sql.llm import LLMError
+from proxy.nl2sql.prompts import (
+    Message,
+    calibration_feedback,
+    error_feedback,
+    sketch_completion,
+)
+from proxy.nl2sql.schema import Schema, catalog_fingerprint, introspect
+from proxy.nl2sql.sketch import STAR, Sketch
+from proxy.nl2sql.sketcher import Sketcher, load_sketcher
+from proxy.runtime import load_embedder
+from proxy.valueindex.common import ColumnRef, Embedder, Scope, ValueIndexError
+from proxy.valueindex.lookup import ValueIndex
+
+log = logging.getLogger(__name__)
+
+STAGES = ("schema", "sketch", "values", "complete", "check", "calibrate", "execute")
+
+NO_ANSWER = "NL001"
+"""SQLSTATE: no candidate query ran (implementation-defined class NL)."""
+NOTHING_TO_ASK = "NL002"
+"""SQLSTATE: the role can read no column of this database."""
+SCHEMA_UNREADABLE = "NL003"
+"""SQLSTATE: the catalog could not be read."""
+
+SAMPLE_VALUES = 3
+"""Values shown to the LLM per relevant text column."""
+SAMPLE_COLUMNS = 8
+_TEXT_OPERATORS = ("=", "!=", "like", "not like", "in", "not in")
+_SCHEMA_CACHE = 64
+
+
+class LLM(Protocol):
+    """What the pipeline asks of an LLM: one read-only query for the messages (blocking);
+    raises `LLMError` (`proxy.nl2sql.llm.BlockingLLM` is the one over `LLMCompleter`)."""
+
+    @property
+    def model(self) -> str: ...
+
+    def complete(self, messages: Sequence[Message]) -> str: ...
+
+
+class QueryFailed(Exception):
+    """A candidate's query failed in the database (it ends that candidate only)."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(f"{sqlstate}: {message}")
+        self.sqlstate = sqlstate
+        self.message = message
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    state = getattr(exc, "sqlstate", None)
+    return str(state) if state else None
+
+
+def _connection_lost(sqlstate: str | None) -> bool:
+    """Errors that end the whole answer, not one candidate: no SQLSTATE (not the database's),
+    a connection exception, an operator intervention other than a statement timeout."""
+    if sqlstate is None:
+        return True
+    return sqlstate.startswith("08") or (sqlstate.startswith("57") and sqlstate != "57014")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _has_values(rows: Sequence[tuple[Any, ...]]) -> bool:
+    """Non-empty and not all NULL: Algorithm 2's test of a useful result."""
+    return any(value is not None for row in rows for value in row)
+
+
+def _describe(calibration: Calibration) -> str:
+    target = calibration.new_column
+    where = f" in {target.table}.{target.column}" if target != calibration.column else ""
+    applied = "" if calibration.applied else " (not applied: another table)"
+    return (
+        f"{calibration.literal!r} -> {calibration.new_value!r}{where} "
+        f"({calibration.score:.2f}, {calibration.level}){applied}"
+    )
+
+
+class SchemaCache:
+    """Introspected schemas by catalog fingerprint (which is per database state and per role's
+    view of it), the most recently used kept."""
+
+    def __init__(self, size: int = _SCHEMA_CACHE) -> None:
+        self.size = size
+        self._schemas: dict[str, Schema] = {}
+
+    def get(self, db: Database, timeout_s: float) -> Schema:
+        fingerprint = catalog_fingerprint(db, timeout_s=timeout_s)
+        schema = self._schemas.pop(fingerprint, None)
+        if schema is None:
+            schema = introspect(db, timeout_s=timeout_s)
+        self._schemas[fingerprint] = schema
+        while len(self._schemas) > self.size:
+            del self._schemas[next(iter(self._schemas))]
+        return schema
+
+
+@dataclass
+class _Candidate:
+    number: int
+    sketch: Sketch
+    sql: str = ""
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    conversation: list[Message] = field(default_factory=list)
+
+
+class Pipeline:
+    """See the module docstring. One per process; `answer` may run in several threads at once."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        sketcher: Sketcher,
+        embedder: Embedder | None,
+        llm: LLM | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sketcher = sketcher
+        self.embedder = embedder
+        self.llm = llm
+        self.schemas = SchemaCache()
+
+    def answer(self, question: str, db: Database) -> Answer:
+        """The chosen SQL for `question` over `db`, with its rows, trace and timings."""
+        return _Run(self, question, db).answer()
+
+
+def load_pipeline(settings: Settings, llm: LLM | None = None) -> Pipeline:
+    """A pipeline with the shipped models (loaded once per process and shared)."""
+    sketcher = load_sketcher(settings.runtime, settings.sketch)
+    embedder = load_embedder(settings.runtime)
+    return Pipeline(settings, sketcher, embedder, llm)
+
+
+class _Run:
+    """One question's way through the stages."""
+
+    def __init__(self, pipeline: Pipeline, question: str, db: Database) -> None:
+        self.pipeline = pipeline
+        self.settings = pipeline.settings.pipeline
+        self.calibration = pipeline.settings.calibration
+        self.question = question
+        self.db = db
+        self.llm = pipeline.llm
+        self.index: ValueIndex | None = ValueIndex(
+            db, pipeline.embedder, timeout_s=self.settings.statement_timeout_s
+        )
+        self.catalog = DatabaseCatalog(db)
+        self.result = Answer(question=question)
+        self.schema: Schema | None = None
+        self._found: dict[int, list[Literal]] = {}
+        self._samples: dict[int, list[str]] = {}
+        self._typed = question_literals(question)
+        self._last_error = ""
+
+    # ------------------------------------------------------------ bookkeeping
+
+    @contextmanager
+    def stage(self, name: str, candidate: _Candidate | None = None) -> Iterator[list[str]]:
+        """Time a stage; the block appends its outcome (and calibration note) to the list."""
+        notes: list[str] = []
+        start = time.perf_counter()
+        try:
+            yield notes
+        finally:
+            ms = (time.perf_counter() - start) * 1000
+            timings = self.result.timings_ms
+            timings[name] = timings.get(name, 0.0) + ms
+            self.result.trace.append(
+                TraceRow(
+                    stage=name,
+                    candidate=candidate.number if candidate else None,
+                    score=round(candidate.sketch.score, 4) if candidate else None,
+                    calibration=notes[1] if len(notes) > 1 else "",
+                    outcome=notes[0] if notes else "interrupted",
+                    ms=round(ms, 3),
+                )
+            )
+
+    def notice(self, text: str) -> None:
+        if text not in self.result.notices:
+            self.result.notices.append(text)
+
+    def fetch(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run a candidate; QueryFailed on an error of the query, other errors propagate."""
+        try:
+            return self.db.fetch(sql, timeout_s=self.settings.statement_timeout_s)
+        except Exception as exc:
+            state = _sqlstate(exc)
+            if _connection_lost(state):
+                raise
+            assert state is not None
+            raise QueryFailed(state, _one_line(str(exc), 1000)) from exc
+
+    # ------------------------------------------------------------ the stages
+
+    def answer(self) -> Answer:
+        start = time.perf_counter()
+        try:
+            self._answer()
+        finally:
+            self.result.timings_ms["total"] = round((time.perf_counter() - start) * 1000, 3)
+            self.result.timings_ms = {k: round(v, 3) for k, v in self.result.timings_ms.items()}
+        return self.result
+
+    def _answer(self) -> None:
+        result = self.result
+        with self.stage("schema") as notes:
+            try:
+                schema = self.pipeline.schemas.get(self.db, self.settings.statement_timeout_s)
+            except Exception as exc:
+                state = _sqlstate(exc)
+                if _connection_lost(state):
+                    raise
+                notes.append(f"error {state}")
+                result.error = AnswerError(
+                    SCHEMA_UNREADABLE,
+                    f"pgnl could not read this database's catalog: {_one_line(str(exc))}",
+                    hint="check that the role may read pg_catalog and try again",
+                )
+                return
+            notes.append(f"{len(schema.tables)} tables, {len(schema.columns)} columns")
+        self.schema = schema
+        with self.stage("sketch") as notes:
+            try:
+                sketches = self.pipeline.sketcher.sketch(self.question, schema)
+            except ValueError as exc:
+                notes.append("nothing to ask about")
+                result.error = AnswerError(
+                    NOTHING_TO_ASK,
+                    str(exc),
+                    hint="ask as a role that may SELECT from the tables the question is about",
+                )
+                return
+            notes.append(f"{len(sketches)} sketches")
+        fallback: _Candidate | None = None
+        tried: set[str] = set()
+        for number, sketch in enumerate(sketches[: self.settings.max_candidates], start=1):
+            candidate = _Candidate(number, sketch)
+            if not self._complete(candidate) or candidate.sql in tried:
+                continue
+            tried.add(candidate.sql)
+            if not self._check(candidate):
+                continue
+            self._calibrate(candidate)
+            if _has_values(candidate.rows):
+                self._choose(candidate, "answered")
+                return
+            fallback = fallback or candidate
+        if fallback is not None:
+            self._choose(fallback, "fallback")
+            self.notice(
+                "pgnl: no candidate query returned rows with values; the best one that ran "
+                "is shown (its result is empty or all NULL)"
+            )
+            return
+        last = result.candidates[-1] if result.candidates else ""
+        result.error = AnswerError(
+            NO_ANSWER,
+            "pgnl found no query that runs for this question"
+            + (f": the last one tried failed with {self._last_error}" if self._last_error else ""),
+            hint="rephrase the question with the names of the tables and columns it is about, "
+            "or write the SQL; -- nl explain: shows every candidate",
+            detail=f"last SQL tried: {last}" if last else "",
+        )
+
+    def _choose(self, candidate: _Candidate, outcome: str) -> None:
+        self.result.sql = candidate.sql
+        self.result.rows = candidate.rows
+        self.result.outcome = "answered" if outcome == "answered" else "fallback"
+        log.debug("chose candidate %d (%s): %s", candidate.number, outcome, candidate.sql)
+
+    # ------------------------------------------------------------ completion
+
+    def _complete(self, candidate: _Candidate) -> bool:
+        if self.llm is not None:
+            with self.stage("complete", candidate) as notes:
+                messages = sketch_completion(
+                    self.question, self._schema, candidate.sketch, self._samples_for(candidate)
+                )
+                try:
+                    candidate.sql = self.llm.complete(messages)
+                except LLMError as exc:
+                    notes.append(f"LLM failed: {_one_line(str(exc))}")
+                    self.notice(
+                        f"pgnl: the LLM ({self.llm.model}) failed, so this answer comes from "
+                        f"the small models alone: {_one_line(str(exc))}"
+                    )
+                    self.llm = None
+                else:
+                    candidate.conversation = messages
+                    notes.append("LLM")
+                    self.result.candidates.append(candidate.sql)
+                    return True
+        literals = self._literals(candidate)
+        with self.stage("complete", candidate) as notes:
+            try:
+                candidate.sql = complete(
+                    candidate.sketch, self._schema, literals, question=self.question
+                )
+            except CompletionError as exc:
+                notes.append(f"no SQL: {exc.reason}")
+                return False
+            if candidate.sql in self.result.candidates:
+                notes.append("same SQL as an earlier candidate")
+            else:
+                notes.append("PLM")
+                self.result.candidates.append(candidate.sql)
+        return True
+
+    @property
+    def _schema(self) -> Schema:
+        assert self.schema is not None
+        return self.schema
+
+    def _column_ref(self, column: int) -> ColumnRef:
+        schema = self._schema
+        table = schema.tables[schema.columns[column].table]
+        return ColumnRef(table.schema or "public", table.name, schema.columns[column].name)
+
+    def _is_text(self, column: int) -> bool:
+        kind = self._schema.columns[column].type.lower()
+        return any(word in kind for word in ("char", "text", "name", "citext"))
+
+    def _literals(self, candidate: _Candidate) -> list[Literal]:
+        """The question's typed literals, then the values its WHERE columns' data holds that
+        the question names (the `values` stage; once per column per question)."""
+        wanted = [
+            p.column
+            for p in candidate.sketch.slots.where
+            if p.operator in _TEXT_OPERATORS
+            and not p.nested
+            and p.column not in self._found
+            and self._is_text(p.column)
+        ]
+        if wanted and self.index is not None:
+            with self.stage("values", candidate) as notes:
+                typed = {str(t.value).casefold() for t in self._typed if t.kind == "string"}
+                found = 0
+                for column in dict.fromkeys(wanted):
+                    try:
+                        matches = self.index.search_in_text(
+                            self.question,
+                            self._column_ref(column),
+                            k=1,
+                            min_score=self.settings.value_match,
+                        )
+                    except ValueIndexError as exc:
+                        self._no_index(exc)
+                        break
+                    except Exception as exc:
+                        if _connection_lost(_sqlstate(exc)):
+                            raise
+                        log.info("value look-up failed: %s", exc)
+                        matches = []
+                    self._found[column] = [
+                        Literal(m.value, "string", column=column)
+                        for m in matches
+                        if m.value.casefold() not in typed
+                    ]
+                    found += len(self._found[column])
+                notes.append(f"{found} values for {len(wanted)} columns")
+        extra = [
+            literal
+            for p in candidate.sketch.slots.where
+            for literal in self._found.get(p.column, [])
+        ]
+        return [*self._typed, *dict.fromkeys(extra)]
+
+    def _no_index(self, exc: Exception) -> None:
+        self.index = None
+        self.notice(f"pgnl: values were not looked up or calibrated: {exc}")
+
+    def _samples_for(self, candidate: _Candidate) -> dict[int, list[str]]:
+        """A few values of the text columns the sketch names, for the LLM's prompt."""
+        sketch = candidate.sketch
+        columns = [
+            *(p.column for p in sketch.slots.where),
+            *(i.column for i in sketch.select if i.column != STAR),
+        ]
+        wanted = [c for c in dict.fromkeys(columns) if self._is_text(c)][:SAMPLE_COLUMNS]
+        for column in wanted:
+            if column in self._samples or self.index is None:
+                continue
+            try:
+                found = self.index.values_in(Scope.column(self._column_ref(column)), SAMPLE_VALUES)
+            except ValueIndexError as exc:
+                self._no_index(exc)
+                break
+            except Exception as exc:
+                if _connection_lost(_sqlstate(exc)):
+                    raise
+                found = []
+            self._samples[column] = [c.value for c in found]
+        return {c: self._samples[c] for c in wanted if self._samples.get(c)}
+
+    # ------------------------------------------------------------ execution check
+
+    def _check(self, candidate: _Candidate) -> bool:
+        """Run the candidate; with an LLM, errors go back to it up to feedback_rounds times."""
+        rounds = 0
+        while True:
+            with self.stage("check", candidate) as notes:
+                try:
+                    candidate.rows = self.fetch(candidate.sql)
+                except QueryFailed as exc:
+                    self._last_error = f"{exc.sqlstate} ({_one_line(exc.message, 200)})"
+                    notes.append(f"error {self._last_error}")
+                    error = exc
+                else:
+                    notes.append(f"{len(candidate.rows)} rows")
+                    return True
+            if self.llm is None or not candidate.conversation:
+                return False
+            if rounds >= self.pipeline.settings.pipeline.feedback_rounds:
+                return False
+            rounds += 1
+            with self.stage("complete", candidate) as notes:
+                messages = error_feedback(candidate.conversation, candidate.sql, error.message)
+                try:
+                    candidate.sql = self.llm.complete(messages)
+                except LLMError as exc:
+                    notes.append(f"LLM failed: {_one_line(str(exc))}")
+                    return False
+                candidate.conversation = messages
+                notes.append("LLM, after the error")
+                self.result.candidates.append(candidate.sql)
+
+    # ------------------------------------------------------------ calibration
+
+    def _calibrate(self, candidate: _Candidate) -> None:
+        if self.index is None:
+            return
+        with self.stage("calibrate", candidate) as notes:
+            try:
+                result = calibrate(
+                    candidate.sql,
+                    self.index,
+                    self.catalog,
+                    threshold=self.calibration.threshold,
+                    method=self.calibration.method,  # type: ignore[arg-type]
+                )
+            except ValueIndexError as exc:
+                notes.append("no value index")
+                self._no_index(exc)
+                return
+            except Exception as exc:
+                if _connection_lost(_sqlstate(exc)):
+                    raise
+                notes.append(f"look-up failed: {_one_line(str(exc))}")
+                return
+            found = result.calibrations
+            notes.append(f"{len(found)} literals corrected" if found else "literals as found")
+            if found:
+                notes.append("; ".join(_describe(c) for c in found))
+        if not found:
+            return
+        calibrated = result.sql if result.changed else None
+        if self.llm is not None and candidate.conversation:
+            with self.stage("complete", candidate) as notes:
+                messages = calibration_feedback(candidate.conversation, candidate.sql, found)
+                try:
+                    rewritten = self.llm.complete(messages)
+                except LLMError as exc:
+                    notes.append(f"LLM failed: {_one_line(str(exc))}")
+                else:
+                    notes.append("LLM, after calibration")
+                    if self._execute(candidate, rewritten, messages):
+                        return
+        if calibrated is not None:
+            self._execute(candidate, calibrated, candidate.conversation)
+
+    def _execute(self, candidate: _Candidate, sql: str, conversation: list[Message]) -> bool:
+        """Run a corrected SQL; it replaces the candidate's when it runs."""
+        if sql == candidate.sql:
+            return True
+        self.result.candidates.append(sql)
+        with self.stage("execute", candidate) as notes:
+            try:
+                rows = self.fetch(sql)
+            except QueryFailed as exc:
+                notes.append(f"error {exc.sqlstate}; the SQL before calibration is kept")
+                return False
+            notes.append(f"{len(rows)} rows")
+        candidate.sql, candidate.rows, candidate.conversation = sql, rows, conversation
+        return True
