@@ -610,3 +610,4 @@ class BlockingLLM:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self._thread = None
+        self.loop.close()
