@@ -109,19 +109,43 @@ def load_sample(embedded: EmbeddedPostgres, database: str) -> None:
         conn.execute(script.encode())
 
 
+DEMO_QUESTIONS = (
+    "/* nl: how many students are from new york? */;",
+    "/* nl show: what is the name of the department with the largest budget? */;",
+    "/* nl explain: show the first and last names of students from boston */;",
+)
+"""Printed by `pgnl demo` to paste into psql (checked against the sample by test_demo)."""
+
+
+def index_sample(embedded: EmbeddedPostgres, database: str, settings: config.Settings) -> None:
+    """Migrate the demo database and build (or refresh) its value index, showing progress."""
+    import psycopg
+
+    from proxy.migrate import migrate
+    from proxy.runtime import load_embedder
+    from proxy.valueindex import build_index
+
+    with psycopg.connect(embedded.dsn(database), autocommit=True) as conn:
+        migrate(conn)
+        report = build_index(conn, load_embedder(settings.runtime), settings.index, progress=True)
+    log.info("value index: %s", report.summary().splitlines()[0])
+
+
 def cmd_demo(settings: config.Settings) -> int:
     embedded = EmbeddedPostgres(settings.embedded)
     embedded.start()
     try:
         load_sample(embedded, settings.demo.database)
+        index_sample(embedded, settings.demo.database, settings)
         upstream = Upstream("127.0.0.1", embedded.port)
         e = settings.embedded
 
         def announce(host: str, port: int) -> None:
-            print(
-                f"ready: postgresql://{e.user}:{e.password}@{host}:{port}/{settings.demo.database}",
-                flush=True,
-            )
+            dsn = f"postgresql://{e.user}:{e.password}@{host}:{port}/{settings.demo.database}"
+            print(f"ready: {dsn}", flush=True)
+            print(f"Connect with psql '{dsn}' and paste a question:", flush=True)
+            for question in DEMO_QUESTIONS:
+                print(f"  {question}", flush=True)
 
         _run(lambda: _serve_until_stopped(settings, upstream, announce))
     finally:

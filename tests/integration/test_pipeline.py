@@ -22,6 +22,7 @@ from proxy.runtime import load_embedder
 from proxy.valueindex import build_index
 from tests.fix_llm import ScriptedLLM, Stall, Status
 from tests.fix_pg import Postgres
+from tests.fix_proxy import run_pgnl
 
 pytestmark = pytest.mark.integration
 
@@ -261,3 +262,30 @@ def test_generated_sql_never_writes(
     )
     assert checksum(university) == before
     assert answer.sql is None or "forget_students" not in answer.sql
+
+
+# ---------------------------------------------------------------- pgnl ask
+
+
+def test_pgnl_ask_prints_sql_and_rows_and_logs_the_question(university: str) -> None:
+    question = "how many students are from new york?"
+    result = run_pgnl("--log-level", "warning", "ask", "--dsn", university, question)
+    assert result.returncode == 0, result.stderr
+    first, *table = result.stdout.splitlines()
+    sql = first.removeprefix("-- ")
+    assert first.startswith("-- SELECT") and table[0].strip() == "count"
+    assert table[2].strip() == str(rows_of(university, sql)[0][0])
+    with psycopg.connect(university) as c:
+        logged = c.execute(
+            "SELECT directive, chosen_sql, outcome, timings_ms ? 'sketch' FROM nl.query_log "
+            "WHERE question = %s ORDER BY id DESC LIMIT 1",
+            [question],
+        ).fetchall()
+    assert logged == [("ask", sql, "answered", True)]
+
+
+def test_pgnl_ask_failure_is_a_clear_error(university: str) -> None:
+    result = run_pgnl("ask", "--dsn", university.replace(DB, "no_such_database"), "anything?")
+    assert result.returncode == 1
+    assert "pgnl: ask failed" in result.stderr and "no_such_database" in result.stderr
+    assert "Traceback" not in result.stderr
