@@ -33,9 +33,8 @@ GRANT SELECT, INSERT ON nl.query_log TO PUBLIC;
 CREATE FUNCTION nl.search_in_text(
     query_text text,
     k integer,
-    scope_schema text,
-    scope_table text,
-    scope_column text,
+    scope_schema text DEFAULT NULL,
+    scope_tables jsonb DEFAULT NULL,
     min_score double precision DEFAULT 0.5
 )
 RETURNS TABLE (
@@ -49,15 +48,20 @@ RETURNS TABLE (
 LANGUAGE sql STABLE SECURITY INVOKER
 SET search_path FROM CURRENT
 AS $fn$
-    -- The column's values that appear in the text: pg_trgm's strict word similarity of the
-    -- value to the closest run of whole words of the text (1.0: the value's words are there).
+    -- The values that appear in the text, in the tables named (a JSON array; all of the schema's when
+    -- scope_tables is NULL; the whole database when scope_schema is NULL too): pg_trgm's strict
+    -- word similarity of the value to the closest run of whole words of the text (1.0: all of
+    -- the value's words are there). No index serves this direction of the comparison, so the
+    -- scope's rows are scanned: callers widen the scope only when a narrower one found nothing.
     SELECT v.schema_name, v.table_name, v.column_name, v.value,
            strict_word_similarity(v.normalised, query_text)::double precision AS score,
            v.frequency
       FROM nl.value_index v
-     WHERE v.schema_name = scope_schema AND v.table_name = scope_table
-       AND v.column_name = scope_column
+     WHERE (scope_schema IS NULL OR v.schema_name = scope_schema)
+       AND (scope_tables IS NULL
+            OR v.table_name IN (SELECT jsonb_array_elements_text(scope_tables)))
        AND has_column_privilege(v.table_oid, v.column_attnum, 'SELECT')
+       AND length(v.normalised) > 1
        AND strict_word_similarity(v.normalised, query_text) >= min_score
      ORDER BY score DESC, length(v.normalised) DESC, v.frequency DESC, v.value
      LIMIT k;

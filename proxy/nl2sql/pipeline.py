@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from proxy.config import Settings
@@ -53,10 +53,10 @@ from proxy.nl2sql.prompts import (
     sketch_completion,
 )
 from proxy.nl2sql.schema import Schema, catalog_fingerprint, introspect
-from proxy.nl2sql.sketch import STAR, Sketch
+from proxy.nl2sql.sketch import STAR, Predicate, Sketch
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
 from proxy.runtime import load_embedder
-from proxy.valueindex.common import ColumnRef, Embedder, Scope, ValueIndexError
+from proxy.valueindex.common import Candidate, ColumnRef, Embedder, Scope, ValueIndexError
 from proxy.valueindex.lookup import ValueIndex
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,14 @@ class SchemaCache:
 
 
 @dataclass
+class _Step:
+    """What a stage says of itself in the trace."""
+
+    outcome: str = "interrupted"
+    note: str = ""  # the trace's calibration column: corrections, moved predicates
+
+
+@dataclass
 class _Candidate:
     number: int
     sketch: Sketch
@@ -201,7 +209,8 @@ class _Run:
         self.catalog = DatabaseCatalog(db)
         self.result = Answer(question=question)
         self.schema: Schema | None = None
-        self._found: dict[int, list[Literal]] = {}
+        self._found: dict[tuple[str, ...] | None, list[Candidate]] = {}
+        self._numbers: dict[ColumnRef, int] | None = None
         self._samples: dict[int, list[str]] = {}
         self._typed = question_literals(question)
         self._last_error = ""
@@ -209,12 +218,12 @@ class _Run:
     # ------------------------------------------------------------ bookkeeping
 
     @contextmanager
-    def stage(self, name: str, candidate: _Candidate | None = None) -> Iterator[list[str]]:
-        """Time a stage; the block appends its outcome (and calibration note) to the list."""
-        notes: list[str] = []
+    def stage(self, name: str, candidate: _Candidate | None = None) -> Iterator[_Step]:
+        """Time a stage; the block says its outcome (and a note) on the `_Step`."""
+        step = _Step()
         start = time.perf_counter()
         try:
-            yield notes
+            yield step
         finally:
             ms = (time.perf_counter() - start) * 1000
             timings = self.result.timings_ms
@@ -224,8 +233,8 @@ class _Run:
                     stage=name,
                     candidate=candidate.number if candidate else None,
                     score=round(candidate.sketch.score, 4) if candidate else None,
-                    calibration=notes[1] if len(notes) > 1 else "",
-                    outcome=notes[0] if notes else "interrupted",
+                    calibration=step.note,
+                    outcome=step.outcome,
                     ms=round(ms, 3),
                 )
             )
@@ -258,34 +267,34 @@ class _Run:
 
     def _answer(self) -> None:
         result = self.result
-        with self.stage("schema") as notes:
+        with self.stage("schema") as step:
             try:
                 schema = self.pipeline.schemas.get(self.db, self.settings.statement_timeout_s)
             except Exception as exc:
                 state = _sqlstate(exc)
                 if _connection_lost(state):
                     raise
-                notes.append(f"error {state}")
+                step.outcome = f"error {state}"
                 result.error = AnswerError(
                     SCHEMA_UNREADABLE,
                     f"pgnl could not read this database's catalog: {_one_line(str(exc))}",
                     hint="check that the role may read pg_catalog and try again",
                 )
                 return
-            notes.append(f"{len(schema.tables)} tables, {len(schema.columns)} columns")
+            step.outcome = f"{len(schema.tables)} tables, {len(schema.columns)} columns"
         self.schema = schema
-        with self.stage("sketch") as notes:
+        with self.stage("sketch") as step:
             try:
                 sketches = self.pipeline.sketcher.sketch(self.question, schema)
             except ValueError as exc:
-                notes.append("nothing to ask about")
+                step.outcome = "nothing to ask about"
                 result.error = AnswerError(
                     NOTHING_TO_ASK,
                     str(exc),
                     hint="ask as a role that may SELECT from the tables the question is about",
                 )
                 return
-            notes.append(f"{len(sketches)} sketches")
+            step.outcome = f"{len(sketches)} sketches"
         fallback: _Candidate | None = None
         tried: set[str] = set()
         for number, sketch in enumerate(sketches[: self.settings.max_candidates], start=1):
@@ -327,14 +336,14 @@ class _Run:
 
     def _complete(self, candidate: _Candidate) -> bool:
         if self.llm is not None:
-            with self.stage("complete", candidate) as notes:
+            with self.stage("complete", candidate) as step:
                 messages = sketch_completion(
                     self.question, self._schema, candidate.sketch, self._samples_for(candidate)
                 )
                 try:
                     candidate.sql = self.llm.complete(messages)
                 except LLMError as exc:
-                    notes.append(f"LLM failed: {_one_line(str(exc))}")
+                    step.outcome = f"LLM failed: {_one_line(str(exc))}"
                     self.notice(
                         f"pgnl: the LLM ({self.llm.model}) failed, so this answer comes from "
                         f"the small models alone: {_one_line(str(exc))}"
@@ -342,24 +351,53 @@ class _Run:
                     self.llm = None
                 else:
                     candidate.conversation = messages
-                    notes.append("LLM")
+                    step.outcome = "LLM"
                     self.result.candidates.append(candidate.sql)
                     return True
-        literals = self._literals(candidate)
-        with self.stage("complete", candidate) as notes:
+        literals = self._ground(candidate)
+        with self.stage("complete", candidate) as step:
             try:
                 candidate.sql = complete(
                     candidate.sketch, self._schema, literals, question=self.question
                 )
             except CompletionError as exc:
-                notes.append(f"no SQL: {exc.reason}")
-                return False
+                narrower = self._named_tables(candidate.sketch)
+                if exc.reason != "tables not connected" or narrower is None:
+                    step.outcome = f"no SQL: {exc.reason}"
+                    return False
+                # A FROM table no column names, that no key joins to the others: leave it out.
+                try:
+                    candidate.sql = complete(
+                        narrower, self._schema, literals, question=self.question
+                    )
+                except CompletionError as again:
+                    step.outcome = f"no SQL: {again.reason}"
+                    return False
+                candidate.sketch = narrower
+                step.note = "FROM reduced to the tables of the columns named"
             if candidate.sql in self.result.candidates:
-                notes.append("same SQL as an earlier candidate")
+                step.outcome = "same SQL as an earlier candidate"
             else:
-                notes.append("PLM")
+                step.outcome = "PLM"
                 self.result.candidates.append(candidate.sql)
         return True
+
+    def _named_tables(self, sketch: Sketch) -> Sketch | None:
+        """The sketch with FROM reduced to the tables of the columns its clauses name, or None
+        when that changes nothing or leaves no table."""
+        slots = sketch.slots
+        named = {
+            self._schema.columns[column].table
+            for column in (
+                *(i.column for i in (*sketch.select, *slots.having, *slots.order_by)),
+                *(p.column for p in slots.where),
+                *slots.group_by,
+            )
+            if column != STAR
+        }
+        if not named or named == set(sketch.tables):
+            return None
+        return replace(sketch, tables=frozenset(named))
 
     @property
     def _schema(self) -> Schema:
@@ -375,50 +413,102 @@ class _Run:
         kind = self._schema.columns[column].type.lower()
         return any(word in kind for word in ("char", "text", "name", "citext"))
 
-    def _literals(self, candidate: _Candidate) -> list[Literal]:
-        """The question's typed literals, then the values its WHERE columns' data holds that
-        the question names (the `values` stage; once per column per question)."""
-        wanted = [
-            p.column
-            for p in candidate.sketch.slots.where
-            if p.operator in _TEXT_OPERATORS
-            and not p.nested
-            and p.column not in self._found
-            and self._is_text(p.column)
-        ]
-        if wanted and self.index is not None:
-            with self.stage("values", candidate) as notes:
-                typed = {str(t.value).casefold() for t in self._typed if t.kind == "string"}
-                found = 0
-                for column in dict.fromkeys(wanted):
-                    try:
-                        matches = self.index.search_in_text(
-                            self.question,
-                            self._column_ref(column),
-                            k=1,
-                            min_score=self.settings.value_match,
-                        )
-                    except ValueIndexError as exc:
-                        self._no_index(exc)
-                        break
-                    except Exception as exc:
-                        if _connection_lost(_sqlstate(exc)):
-                            raise
-                        log.info("value look-up failed: %s", exc)
-                        matches = []
-                    self._found[column] = [
-                        Literal(m.value, "string", column=column)
-                        for m in matches
-                        if m.value.casefold() not in typed
-                    ]
-                    found += len(self._found[column])
-                notes.append(f"{found} values for {len(wanted)} columns")
-        extra = [
-            literal
-            for p in candidate.sketch.slots.where
-            for literal in self._found.get(p.column, [])
-        ]
-        return [*self._typed, *dict.fromkeys(extra)]
+    def _wants_value(self, predicate: Predicate) -> bool:
+        """A WHERE predicate that needs a string the question may name unquoted: a text
+        comparison on a text column, or `=` on another column when the question holds no number
+        (the slot head picked the wrong column: the value's column is the right one)."""
+        if predicate.nested:
+            return False
+        if self._is_text(predicate.column):
+            return predicate.operator in _TEXT_OPERATORS
+        return predicate.operator == "=" and not any(t.kind == "number" for t in self._typed)
+
+    def _named_values(self, tables: tuple[str, ...] | None) -> list[Candidate]:
+        """Values the question names, in these tables of the schema (None: anywhere)."""
+        if tables not in self._found:
+            assert self.index is not None
+            schema = self._schema
+            schemas = {t.schema or "public" for t in schema.tables}
+            found = self.index.search_in_text(
+                self.question,
+                schema=next(iter(schemas)) if tables is not None and len(schemas) == 1 else None,
+                tables=tables,
+                k=20,
+                min_score=self.settings.value_match,
+            )
+            self._found[tables] = [c for c in found if c.column in self._column_numbers]
+        return self._found[tables]
+
+    def _ground(self, candidate: _Candidate) -> list[Literal]:
+        """The `values` stage: the question's typed literals, then, for each WHERE predicate
+        that wants a string the question does not quote, the value of the database the question
+        names best: in the predicate's own column, else in another text column of the sketch's
+        tables (the predicate moves there), else anywhere in the database (likewise). Look-ups
+        are made once per table set per question."""
+        sketch = candidate.sketch
+        predicates = list(sketch.slots.where)
+        wanting = [i for i, p in enumerate(predicates) if self._wants_value(p)]
+        typed = [t for t in self._typed if t.kind == "string"]
+        if not wanting or self.index is None or len(typed) >= len(wanting):
+            return self._typed
+        schema = self._schema
+        wanted_tables = {
+            *sketch.tables,
+            *(schema.columns[predicates[i].column].table for i in wanting),
+        }
+        names = tuple(sorted(schema.tables[t].name for t in wanted_tables))
+        bound: list[Literal] = []
+        with self.stage("values", candidate) as step:
+            try:
+                nearby = self._named_values(names)
+                anywhere = None if nearby else self._named_values(None)
+            except ValueIndexError as exc:
+                self._no_index(exc)
+                step.outcome = "no value index"
+                return self._typed
+            except Exception as exc:
+                if _connection_lost(_sqlstate(exc)):
+                    raise
+                step.outcome = f"look-up failed: {_one_line(str(exc))}"
+                return self._typed
+            taken = {str(t.value).casefold() for t in typed}
+            moves: list[str] = []
+            for i in wanting:
+                predicate = predicates[i]
+                home = schema.columns[predicate.column].table
+                pool = [c for c in (nearby or anywhere or []) if c.value.casefold() not in taken]
+                own = [c for c in pool if self._column_numbers[c.column] == predicate.column]
+                others = sorted(
+                    (c for c in pool if self._is_text(self._column_numbers[c.column])),
+                    key=lambda c: (
+                        -c.score,
+                        schema.columns[self._column_numbers[c.column]].table != home,
+                    ),
+                )
+                chosen = own[0] if own else (others[0] if others else None)
+                if chosen is None:
+                    continue
+                column = self._column_numbers[chosen.column]
+                if column != predicate.column:
+                    moves.append(
+                        f"{schema.qualified(predicate.column)} -> {schema.qualified(column)}"
+                    )
+                    predicates[i] = replace(predicate, column=column)
+                taken.add(chosen.value.casefold())
+                bound.append(Literal(chosen.value, "string", column=column))
+            step.outcome = f"{len(bound)} values for {len(wanting)} predicates"
+            if moves:
+                step.note = "moved " + ", ".join(moves)
+        if moves:
+            candidate.sketch = replace(sketch, slots=replace(sketch.slots, where=tuple(predicates)))
+        return [*self._typed, *bound]
+
+    @property
+    def _column_numbers(self) -> dict[ColumnRef, int]:
+        """Schema column index by (schema, table, column)."""
+        if self._numbers is None:
+            self._numbers = {self._column_ref(c): c for c in range(len(self._schema.columns))}
+        return self._numbers
 
     def _no_index(self, exc: Exception) -> None:
         self.index = None
@@ -453,30 +543,30 @@ class _Run:
         """Run the candidate; with an LLM, errors go back to it up to feedback_rounds times."""
         rounds = 0
         while True:
-            with self.stage("check", candidate) as notes:
+            with self.stage("check", candidate) as step:
                 try:
                     candidate.rows = self.fetch(candidate.sql)
                 except QueryFailed as exc:
                     self._last_error = f"{exc.sqlstate} ({_one_line(exc.message, 200)})"
-                    notes.append(f"error {self._last_error}")
+                    step.outcome = f"error {self._last_error}"
                     error = exc
                 else:
-                    notes.append(f"{len(candidate.rows)} rows")
+                    step.outcome = f"{len(candidate.rows)} rows"
                     return True
             if self.llm is None or not candidate.conversation:
                 return False
             if rounds >= self.pipeline.settings.pipeline.feedback_rounds:
                 return False
             rounds += 1
-            with self.stage("complete", candidate) as notes:
+            with self.stage("complete", candidate) as step:
                 messages = error_feedback(candidate.conversation, candidate.sql, error.message)
                 try:
                     candidate.sql = self.llm.complete(messages)
                 except LLMError as exc:
-                    notes.append(f"LLM failed: {_one_line(str(exc))}")
+                    step.outcome = f"LLM failed: {_one_line(str(exc))}"
                     return False
                 candidate.conversation = messages
-                notes.append("LLM, after the error")
+                step.outcome = "LLM, after the error"
                 self.result.candidates.append(candidate.sql)
 
     # ------------------------------------------------------------ calibration
@@ -484,7 +574,7 @@ class _Run:
     def _calibrate(self, candidate: _Candidate) -> None:
         if self.index is None:
             return
-        with self.stage("calibrate", candidate) as notes:
+        with self.stage("calibrate", candidate) as step:
             try:
                 result = calibrate(
                     candidate.sql,
@@ -494,30 +584,30 @@ class _Run:
                     method=self.calibration.method,  # type: ignore[arg-type]
                 )
             except ValueIndexError as exc:
-                notes.append("no value index")
+                step.outcome = "no value index"
                 self._no_index(exc)
                 return
             except Exception as exc:
                 if _connection_lost(_sqlstate(exc)):
                     raise
-                notes.append(f"look-up failed: {_one_line(str(exc))}")
+                step.outcome = f"look-up failed: {_one_line(str(exc))}"
                 return
             found = result.calibrations
-            notes.append(f"{len(found)} literals corrected" if found else "literals as found")
+            step.outcome = f"{len(found)} literals corrected" if found else "literals as found"
             if found:
-                notes.append("; ".join(_describe(c) for c in found))
+                step.note = "; ".join(_describe(c) for c in found)
         if not found:
             return
         calibrated = result.sql if result.changed else None
         if self.llm is not None and candidate.conversation:
-            with self.stage("complete", candidate) as notes:
+            with self.stage("complete", candidate) as step:
                 messages = calibration_feedback(candidate.conversation, candidate.sql, found)
                 try:
                     rewritten = self.llm.complete(messages)
                 except LLMError as exc:
-                    notes.append(f"LLM failed: {_one_line(str(exc))}")
+                    step.outcome = f"LLM failed: {_one_line(str(exc))}"
                 else:
-                    notes.append("LLM, after calibration")
+                    step.outcome = "LLM, after calibration"
                     if self._execute(candidate, rewritten, messages):
                         return
         if calibrated is not None:
@@ -528,12 +618,12 @@ class _Run:
         if sql == candidate.sql:
             return True
         self.result.candidates.append(sql)
-        with self.stage("execute", candidate) as notes:
+        with self.stage("execute", candidate) as step:
             try:
                 rows = self.fetch(sql)
             except QueryFailed as exc:
-                notes.append(f"error {exc.sqlstate}; the SQL before calibration is kept")
+                step.outcome = f"error {exc.sqlstate}; the SQL before calibration is kept"
                 return False
-            notes.append(f"{len(rows)} rows")
+            step.outcome = f"{len(rows)} rows"
         candidate.sql, candidate.rows, candidate.conversation = sql, rows, conversation
         return True

@@ -14,14 +14,15 @@ candidates, never an error.
 - `search_semantic(literal, scope, k)`: nearest values by meaning (cosine similarity of MiniLM
   embeddings), e.g. 'NY' → 'New York'.
 - `values_in(scope, limit)`: the most frequent values of a scope.
-- `search_in_text(text, column, k, min_score)`: the column's values that a longer text names,
-  by pg_trgm's strict word similarity ("singers from france" finds 'France').
+- `search_in_text(text, schema, tables, k, min_score)`: the values of some tables that a text names,
+  by pg_trgm's strict word similarity ("flights to ATO" finds 'ATO').
 
 Scores are similarities in [0, 1], results best first.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -156,18 +157,30 @@ class ValueIndex:
         return self._candidates(rows)
 
     def search_in_text(
-        self, text: str, column: ColumnRef, k: int = 3, min_score: float = 0.5
+        self,
+        text: str,
+        schema: str | None = None,
+        tables: Sequence[str] | None = None,
+        k: int = 10,
+        min_score: float = 0.5,
     ) -> list[Candidate]:
-        """The k values of the column that `text` names best (score: strict word similarity of
-        the value to the text's closest run of whole words), those scoring min_score or more."""
+        """The k values that `text` names best (score: strict word similarity of the value to
+        the text's closest run of whole words), those scoring min_score or more, in `tables`
+        of `schema` (all its tables when None; the whole database when `schema` is None too)."""
         normalised = normalise(text)
         if not normalised or k <= 0:
             return []
         rows = self._fetch(
             "SELECT schema_name, table_name, column_name, value, score, frequency "
-            "FROM nl.search_in_text($1::text, $2::integer, $3::text, $4::text, $5::text, "
-            "$6::double precision)",
-            [normalised, k, column.schema, column.table, column.column, min_score],
+            "FROM nl.search_in_text($1::text, $2::integer, $3::text, $4::jsonb, "
+            "$5::double precision)",
+            [
+                normalised,
+                k,
+                schema,
+                None if tables is None else json.dumps(list(tables)),
+                min_score,
+            ],
         )
         return self._candidates(rows)
 

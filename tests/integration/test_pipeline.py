@@ -119,6 +119,33 @@ def test_plm_only_answers_with_a_value_the_question_names_unquoted(
     assert answer.timings_ms["total"] >= answer.timings_ms["sketch"] > 0
 
 
+@pytest.mark.parametrize(
+    ("question", "moved", "predicate"),
+    [
+        # the slot head chose the city; the value is a state
+        (
+            "list the students from hawaii",
+            "students.home_city -> students.home_state",
+            "home_state = 'Hawaii'",
+        ),
+        # the slot head chose the course title; the value is a department's building
+        (
+            "which courses are taught in Gates Hall?",
+            "courses.title -> departments.building",
+            "building = 'Gates Hall'",
+        ),
+    ],
+)
+def test_values_stage_moves_a_predicate_to_the_column_holding_the_value(
+    university: str, conn: psycopg.Connection[Any], question: str, moved: str, predicate: str
+) -> None:
+    answer = load_pipeline(settings()).answer(question, PsycopgDatabase(conn))
+    values = [row for row in answer.trace if row.stage == "values"]
+    assert values and f"moved {moved}" in values[0].calibration
+    assert answer.sql is not None and predicate in answer.sql
+    assert answer.rows == rows_of(university, answer.sql) and answer.rows
+
+
 def test_schema_is_cached_until_ddl_changes_it(
     university: str, conn: psycopg.Connection[Any]
 ) -> None:

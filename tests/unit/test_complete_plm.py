@@ -174,6 +174,42 @@ CASES = (
         having=("count(*)",),
     ),
     Case(
+        "How many concerts per theme, by the stadium's location?",
+        ("stadium.location", "count(*)"),
+        ("stadium", "concert"),
+        # the slot head grouped by concert.theme, which identifies no shown row: dropped
+        "SELECT t1.location, count(*) FROM stadium AS t1"
+        " JOIN concert AS t2 ON t1.stadium_id = t2.stadium_id GROUP BY t1.location",
+        keywords=("group by",),
+        group_by=("concert.theme",),
+    ),
+    Case(
+        "Which singers are younger than 30?",
+        ("singer.name",),
+        ("singer",),
+        # the slot head said >; the question says "younger than"
+        "SELECT name FROM singer WHERE \"Age\" < 30",
+        keywords=("where",),
+        where=(("singer.Age", ">"),),
+    ),
+    Case(
+        "Which singers are not from 'France'?",
+        ("singer.name",),
+        ("singer",),
+        "SELECT name FROM singer WHERE country <> 'France'",
+        keywords=("where",),
+        where=(("singer.country", "="),),
+    ),
+    Case(
+        "Which singers are from 'France', not older than 40?",
+        ("singer.name",),
+        ("singer",),
+        # "not" before the number, not before the value: = stays
+        "SELECT name FROM singer WHERE country = 'France' AND \"Age\" <= 40",
+        keywords=("where",),
+        where=(("singer.country", "="), ("singer.Age", "<=")),
+    ),
+    Case(
         "Which stadium hosted the most concerts?",
         ("stadium.name",),
         ("stadium", "concert"),
