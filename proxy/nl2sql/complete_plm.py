@@ -81,7 +81,10 @@ sketch does not say:
 - ORDER BY: `slots.order_by` in order, DESC when the keywords say "desc". LIMIT: with "limit" in
   the keywords or a `slots.limit`, the N of "top 3", "first five", "3 most", "the 3 youngest"
   (`limit_in_question`), else `slots.limit`, else 1. That N is not used as a value.
-- INTERSECT / UNION / EXCEPT: a sketch holds the left query only, and that is what is completed
+- INTERSECT / UNION / EXCEPT: a sketch holds the left query only. When the left side took one
+  value and another of the same kind (found in the same column) is left over, the right side
+  is the same query with that value ("students with both cats and dogs": `... WHERE pettype =
+  'cat' INTERSECT ... WHERE pettype = 'dog'`); otherwise only the left side is completed
   (`set_operation` says when a right side was left out). The benchmark
   (`benchmarks/completion_oracle.py`) counts how often that costs the answer.
 
@@ -1000,8 +1003,34 @@ def complete(
         limit=limit,
     )
     sql = " ".join(text for clause in CLAUSES if (text := clause(query)))
+    operation = set_operation(sketch)
+    if operation is not None and not query.limit and not slots.order_by:
+        sql += _right_side(query, operation)
     _check(sql)
     return sql
+
+
+def _right_side(query: _Query, operation: str) -> str:
+    """` INTERSECT <the same query with the next value>` for a set operation whose sides differ
+    in one value ("students with both cats and dogs"): when the left side used a value, and a
+    literal of the same kind (found in the same column, where the first was) is left over."""
+    taken = [literal for literal, used in zip(query.pool, query.used, strict=True) if used]
+    rest = [literal for literal, used in zip(query.pool, query.used, strict=True) if not used]
+    strings = [t for t in taken if t.kind == "string"]
+    if len(taken) != 1 and len(strings) != 1:
+        return ""
+    first = strings[0] if strings else taken[0]
+    others = [
+        literal
+        for literal in rest
+        if literal.kind == first.kind and literal.column == first.column and literal != first
+    ]
+    if not others:
+        return ""
+    right = replace(query, pool=[*(t for t in taken if t is not first), others[0]])
+    right.used = [False] * len(right.pool)
+    text = " ".join(clause_text for clause in CLAUSES if (clause_text := clause(right)))
+    return f" {operation.upper()} {text}"
 
 
 def _check(sql: str) -> None:

@@ -43,7 +43,13 @@ from typing import Any, Protocol
 from proxy.config import Settings
 from proxy.nl2sql.answer import Answer, AnswerError, TraceRow
 from proxy.nl2sql.calibrate import Calibration, DatabaseCatalog, calibrate
-from proxy.nl2sql.complete_plm import CompletionError, Literal, complete, question_literals
+from proxy.nl2sql.complete_plm import (
+    CompletionError,
+    Literal,
+    complete,
+    question_literals,
+    set_operation,
+)
 from proxy.nl2sql.database import Database
 from proxy.nl2sql.llm import LLMError
 from proxy.nl2sql.prompts import (
@@ -496,6 +502,20 @@ class _Run:
                     predicates[i] = replace(predicate, column=column)
                 taken.add(chosen.value.casefold())
                 bound.append(Literal(chosen.value, "string", column=column))
+                if set_operation(sketch) is not None and len(wanting) == 1:
+                    # "both cats and dogs": the right side of the set operation takes the
+                    # second value of the same column
+                    second = next(
+                        (
+                            c
+                            for c in pool
+                            if c.column == chosen.column and c.value.casefold() not in taken
+                        ),
+                        None,
+                    )
+                    if second is not None:
+                        taken.add(second.value.casefold())
+                        bound.append(Literal(second.value, "string", column=column))
             step.outcome = f"{len(bound)} values for {len(wanting)} predicates"
             if moves:
                 step.note = "moved " + ", ".join(moves)

@@ -391,9 +391,32 @@ CASES = (
         "Countries with singers above 40 and singers below 30",
         ("singer.country",),
         ("singer",),
-        'SELECT country FROM singer WHERE "Age" > 40',
+        # the right side: the same query with the next number, its operator from "below"
+        'SELECT country FROM singer WHERE "Age" > 40'
+        ' INTERSECT SELECT country FROM singer WHERE "Age" < 30',
         keywords=("where", "intersect"),
         where=(("singer.Age", ">"),),
+    ),
+    Case(
+        "Which countries have both 'rock' and 'jazz' concerts?",
+        ("singer.country",),
+        ("singer", "concert"),
+        "SELECT t1.country FROM singer AS t1"
+        " JOIN singer_in_concert AS t2 ON t1.singer_id = t2.singer_id"
+        " JOIN concert AS t3 ON t2.concert_id = t3.concert_id WHERE t3.theme = 'rock'"
+        " INTERSECT SELECT t1.country FROM singer AS t1"
+        " JOIN singer_in_concert AS t2 ON t1.singer_id = t2.singer_id"
+        " JOIN concert AS t3 ON t2.concert_id = t3.concert_id WHERE t3.theme = 'jazz'",
+        keywords=("where", "intersect"),
+        where=(("concert.theme", "="),),
+    ),
+    Case(
+        "Singers from 'France' (one value: no right side to write)",
+        ("singer.name",),
+        ("singer",),
+        "SELECT name FROM singer WHERE country = 'France'",
+        keywords=("where", "except"),
+        where=(("singer.country", "="),),
     ),
     Case(
         "Concerts of 2014 (literals given, e.g. by calibration)",
