@@ -188,7 +188,7 @@ CASES = (
         ("singer.name",),
         ("singer",),
         # the slot head said >; the question says "younger than"
-        "SELECT name FROM singer WHERE \"Age\" < 30",
+        'SELECT name FROM singer WHERE "Age" < 30',
         keywords=("where",),
         where=(("singer.Age", ">"),),
     ),
