@@ -33,7 +33,9 @@ candidate. `answer` blocks (models, queries): callers on an event loop run it in
 
 from __future__ import annotations
 
+import itertools
 import logging
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,7 +44,7 @@ from typing import Any, Protocol
 
 from proxy.config import Settings
 from proxy.nl2sql.answer import Answer, AnswerError, TraceRow
-from proxy.nl2sql.calibrate import Calibration, DatabaseCatalog, calibrate
+from proxy.nl2sql.calibrate import Calibration, DatabaseCatalog, best_match, calibrate
 from proxy.nl2sql.complete_plm import (
     CompletionError,
     Literal,
@@ -58,7 +60,7 @@ from proxy.nl2sql.prompts import (
     error_feedback,
     sketch_completion,
 )
-from proxy.nl2sql.schema import Schema, catalog_fingerprint, introspect
+from proxy.nl2sql.schema import Schema, catalog_fingerprint, introspect, words_of
 from proxy.nl2sql.sketch import STAR, Predicate, Sketch
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
 from proxy.runtime import load_embedder
@@ -80,6 +82,17 @@ SAMPLE_VALUES = 3
 """Values shown to the LLM per relevant text column."""
 SAMPLE_COLUMNS = 8
 _TEXT_OPERATORS = ("=", "!=", "like", "not like", "in", "not in")
+GUESS_GRAMS = 12
+"""Words and word pairs of a question compared with a column's values when none is named."""
+_WORD = re.compile(r"[^\W_][\w'-]*")
+_CODE = re.compile(r"[A-Z][A-Z0-9]{1,4}")
+_STOP_WORDS = frozenset(
+    """a about above after all also an and any are as at be before below between both but by can
+    count different distinct do does each every find for from give has have how in is it its
+    list many maximum minimum more most much name names number of on or other show than that the
+    their them there these they this those to total was were what when where which who whose
+    with without average sum least fewest largest smallest highest lowest""".split()  # noqa: SIM905
+)
 _SCHEMA_CACHE = 64
 
 
@@ -217,6 +230,7 @@ class _Run:
         self.schema: Schema | None = None
         self._found: dict[tuple[str, ...] | None, list[Candidate]] = {}
         self._numbers: dict[ColumnRef, int] | None = None
+        self._names: set[str] | None = None
         self._samples: dict[int, list[str]] = {}
         self._typed = question_literals(question)
         self._last_error = ""
@@ -492,6 +506,8 @@ class _Run:
                     ),
                 )
                 chosen = own[0] if own else (others[0] if others else None)
+                if chosen is None and self._is_text(predicate.column):
+                    chosen = self._guess_value(predicate.column, taken)
                 if chosen is None:
                     continue
                 column = self._column_numbers[chosen.column]
@@ -522,6 +538,46 @@ class _Run:
         if moves:
             candidate.sketch = replace(sketch, slots=replace(sketch.slots, where=tuple(predicates)))
         return [*self._typed, *bound]
+
+    def _guess_value(self, column: int, taken: set[str]) -> Candidate | None:
+        """For a text column none of whose values the question names word for word: a code the
+        question writes in capitals ("the PPT template") that the column holds, else the value
+        closest to one of the question's words or word pairs (calibration's hybrid similarity,
+        at its threshold: "French" -> 'France'). Words that name tables or columns are not
+        values."""
+        assert self.index is not None
+        ref = self._column_ref(column)
+        tokens = _WORD.findall(self.question)
+        for token in tokens:
+            fresh = _CODE.fullmatch(token) and token.casefold() not in taken
+            if fresh and self.index.contains(ref, token):
+                return Candidate(ref, token, 1.0, 1)
+        names = self._schema_words
+        words = [
+            t
+            for t in tokens
+            if t.casefold() not in _STOP_WORDS and t.casefold() not in names and not t.isdigit()
+        ]
+        pairs = [f"{a} {b}" for a, b in itertools.pairwise(tokens) if a in words and b in words]
+        best: tuple[float, Candidate] | None = None
+        for gram in [*pairs, *words][:GUESS_GRAMS]:
+            match = best_match(self.index, gram, Scope.column(ref), "hybrid")
+            if match is None or match[0] < self.calibration.threshold:
+                continue
+            if match[1].value.casefold() in taken:
+                continue
+            if best is None or match[0] > best[0]:
+                best = match
+        return best[1] if best is not None else None
+
+    @property
+    def _schema_words(self) -> set[str]:
+        if self._names is None:
+            schema = self._schema
+            names = [t.name for t in schema.tables] + [c.name for c in schema.columns]
+            self._names = {w for name in names for w in words_of(name).split()}
+            self._names |= {f"{w}s" for w in self._names}
+        return self._names
 
     @property
     def _column_numbers(self) -> dict[ColumnRef, int]:
