@@ -50,7 +50,11 @@ async def _until_stopped() -> None:
 
 
 async def _serve_until_stopped(
-    settings: config.Settings, upstream: Upstream, announce: Callable[[str, int], None]
+    settings: config.Settings,
+    upstream: Upstream,
+    announce: Callable[[str, int], None],
+    *,
+    preload: bool = False,
 ) -> None:
     p = settings.proxy
     proxy = Proxy(
@@ -59,7 +63,10 @@ async def _serve_until_stopped(
         max_clients=p.max_client_connections,
         connect_timeout=p.connect_timeout_s,
         startup_timeout=p.startup_timeout_s,
+        settings=settings,
     )
+    if preload:  # else on the first directive
+        proxy.answerer.preload()
     host, port = _split_listen(p.listen)
     bound = await proxy.listen(host, port)
     announce(*bound)
@@ -147,7 +154,7 @@ def cmd_demo(settings: config.Settings) -> int:
             for question in DEMO_QUESTIONS:
                 print(f"  {question}", flush=True)
 
-        _run(lambda: _serve_until_stopped(settings, upstream, announce))
+        _run(lambda: _serve_until_stopped(settings, upstream, announce, preload=True))
     finally:
         embedded.stop()
     return 0

@@ -5,7 +5,8 @@ once the client has sent its StartupMessage, one `UpstreamConnection` to the ups
 (session mode: one upstream connection a client connection, for its whole life). Bytes go from
 `data_received` straight into the session, and out through `transport.write`; the protocol
 callbacks are the whole hot path. Backpressure: when one side's send buffer fills, reading from
-the other side pauses.
+the other side pauses. Questions (`-- nl: ...`) are answered off the loop, by the proxy's
+`Answerer` (worker threads); the sessions keep flowing meanwhile.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from proxy.answerer import Answerer
+from proxy.config import Settings
+from proxy.nl2sql.answer import Answer, AnswerError
 from proxy.session import CancelKeys, Session
+from proxy.upstream import Fetch
 from proxy.wire import errors
 from proxy.wire.messages import BackendKeyData, CancelRequest
 
@@ -119,7 +124,12 @@ class ClientConnection(asyncio.Protocol):
         # goes from the event loop into the session and back out with no frame in between.
         self.send_client: Callable[[bytes], None] = _discard
         self.send_server: Callable[[bytes], None] = _discard
-        self.session = Session(self, proxy.cancel_keys, tls_available=proxy.tls is not None)
+        self.session = Session(
+            self,
+            proxy.cancel_keys,
+            tls_available=proxy.tls is not None,
+            statement_timeout_s=proxy.settings.pipeline.statement_timeout_s,
+        )
         self.data_received = self.session.client_data  # type: ignore[method-assign]
 
     # ------------------------------------------------------------ asyncio callbacks
@@ -177,6 +187,11 @@ class ClientConnection(asyncio.Protocol):
         self.transport.set_protocol(self)
         upstream.data_received = from_server  # type: ignore[method-assign, assignment]
         upstream.transport.set_protocol(upstream)
+
+    def answer(
+        self, question: str, fetch: Fetch, done: Callable[[Answer | AnswerError], None]
+    ) -> None:
+        self.proxy.answerer.answer(question, fetch, done)
 
     def start_client_tls(self) -> None:
         assert self.transport is not None
@@ -246,7 +261,8 @@ class ClientConnection(asyncio.Protocol):
 
 
 class Proxy:
-    """The listener and what its connections share: cancel keys, limits, TLS, the upstream."""
+    """The listener and what its connections share: cancel keys, limits, TLS, the upstream, the
+    `Answerer` (the pipeline and its worker threads)."""
 
     def __init__(
         self,
@@ -256,6 +272,7 @@ class Proxy:
         max_clients: int = 1000,
         connect_timeout: float = 10.0,
         startup_timeout: float = 60.0,
+        settings: Settings | None = None,
     ) -> None:
         self.upstream = upstream
         self.tls = tls
@@ -265,6 +282,8 @@ class Proxy:
         self.cancel_keys = CancelKeys()
         self.clients: set[ClientConnection] = set()
         self.loop = asyncio.get_running_loop()
+        self.settings = settings or Settings()
+        self.answerer = Answerer(self.settings, self.loop)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -322,6 +341,7 @@ class Proxy:
             await self._server.wait_closed()
         for task in list(self._tasks):
             task.cancel()
+        self.answerer.close()
 
 
 def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext | None:

@@ -12,9 +12,19 @@ a list in the tests). A connection goes through these phases:
 In STARTUP the proxy answers SSLRequest and GSSENCRequest itself and routes CancelRequest. In
 AUTHENTICATING it relays the exchange between client and upstream and reads every server message
 whole: it removes channel-binding SASL mechanisms (TLS ends at the proxy, so `-PLUS` cannot work)
-and gives the client a cancel key of its own in place of the upstream's. In READY it hands each
-direction to a `Relay`, which watches message boundaries go by and passes each chunk on as it
-came; the driver then feeds the relays directly (`SessionIO.relay`).
+and gives the client a cancel key of its own in place of the upstream's. In READY the driver
+feeds each direction straight to its reader (`SessionIO.relay`): server to client, a `Relay`,
+which watches message boundaries go by and passes each chunk on as it came; client to server, a
+`FrontendSplitter`, which passes messages on unchanged too, but offers the session any Query or
+extended-protocol batch that may carry a directive (`-- nl: ...`).
+
+A directive is answered by a flow (`directive_flow`): the splitter holds the client's later
+messages; once every earlier request is answered (the requests the splitter passed on, and the
+proxy's own, equal the ReadyForQuery messages the relay saw), the session *owns* the upstream:
+the relay's chunks come to the session, which reads them whole, gives the flow the replies to
+what it sent, and relays the rest. The pipeline runs in a worker thread (`SessionIO.answer`); its
+queries come back here (`fetch`) and run on this connection in the flow's read-only scope. When
+the flow ends, the relay writes to the client again and the splitter goes on with what it held.
 """
 
 from __future__ import annotations
@@ -22,25 +32,46 @@ from __future__ import annotations
 import enum
 import logging
 import secrets
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
+from proxy.directive_flow import Ask, Exchange, Quiesce, Steps, batch_flow, query_flow
+from proxy.directives import Directive, DirectiveError, parse
+from proxy.nl2sql.answer import Answer, AnswerError
+from proxy.rewrite import forget_in_query, plan_batch
+from proxy.upstream import (
+    FETCH_SYNCS,
+    Fetch,
+    FetchDone,
+    Replies,
+    UpstreamQueryError,
+    canceled,
+    connection_gone,
+    fetch_messages,
+    python_codec,
+    rows,
+)
 from proxy.wire import errors
 from proxy.wire.framing import MessageReader, Relay, StartupReader
 from proxy.wire.messages import (
     AUTH_SASL,
+    WHERE,
     AuthenticationSASL,
     BackendKeyData,
     CancelRequest,
     DecodeError,
     ErrorResponse,
     GSSENCRequest,
+    ParameterStatus,
     SASLInitialResponse,
     SSLRequest,
     StartupMessage,
     decode_startup_packet,
     typed,
 )
+from proxy.wire.splitter import FrontendSplitter, Unit
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +119,12 @@ class SessionIO(Protocol):
         (Calling `client_data` / `server_data` instead stays correct, one call slower.)
         """
 
+    def answer(
+        self, question: str, fetch: Fetch, done: Callable[[Answer | AnswerError], None]
+    ) -> None:
+        """Run the pipeline for `question` in a worker thread, its queries through `fetch` (on
+        the event loop); then call `done` on the event loop with the answer, or the error."""
+
 
 class CancelKeys:
     """The cancel keys handed to clients, each mapped to the upstream backend it cancels.
@@ -99,19 +136,46 @@ class CancelKeys:
 
     def __init__(self) -> None:
         self._keys: dict[tuple[int, bytes], BackendKeyData] = {}
+        self._handlers: dict[tuple[int, bytes], Callable[[], bool]] = {}
 
-    def issue(self, upstream: BackendKeyData) -> BackendKeyData:
+    def issue(
+        self, upstream: BackendKeyData, on_cancel: Callable[[], bool] | None = None
+    ) -> BackendKeyData:
+        """A key for the client. `on_cancel` is told of each cancel request with it, and says
+        whether the request should still go to the upstream server."""
         while True:
             mine = BackendKeyData(upstream.pid, secrets.token_bytes(len(upstream.secret)))
             if (mine.pid, mine.secret) not in self._keys:
                 self._keys[(mine.pid, mine.secret)] = upstream
+                if on_cancel is not None:
+                    self._handlers[(mine.pid, mine.secret)] = on_cancel
                 return mine
 
     def lookup(self, pid: int, secret: bytes) -> BackendKeyData | None:
         return self._keys.get((pid, secret))
 
+    def cancel(self, pid: int, secret: bytes) -> BackendKeyData | None:
+        """A cancel request came with this key: the upstream key to send it on with, or None
+        (no such key, or the session dealt with it itself)."""
+        target = self._keys.get((pid, secret))
+        handler = self._handlers.get((pid, secret))
+        if target is not None and handler is not None and not handler():
+            return None
+        return target
+
     def release(self, issued: BackendKeyData) -> None:
         self._keys.pop((issued.pid, issued.secret), None)
+        self._handlers.pop((issued.pid, issued.secret), None)
+
+
+@dataclass
+class _Running:
+    """An exchange of the proxy's own with the upstream server, and who waits for its replies
+    (called with None when the connection went first)."""
+
+    request: Exchange
+    on_done: Callable[[Replies | None], None]
+    replies: Replies
 
 
 class Session:
@@ -124,6 +188,7 @@ class Session:
         *,
         tls_available: bool,
         refuse_with: ErrorResponse | None = None,
+        statement_timeout_s: float = 30.0,
     ) -> None:
         self.io = io
         self.phase = Phase.STARTUP
@@ -137,19 +202,29 @@ class Session:
         self._startup_reader = StartupReader()
         self._client_reader = MessageReader()
         self._server_reader = MessageReader()
-        self._to_server: Relay | None = None  # client to server, once READY
+        self._to_server: FrontendSplitter | None = None  # client to server, once READY
         self._to_client: Relay | None = None  # server to client, once READY
         self._client_terminated = False
         self._pending_client = b""
         self._expect_sasl_initial = False
         self._last_server_type = 0
+        # Directives (see the module docstring).
+        self.statement_timeout_s = statement_timeout_s
+        self.client_encoding = "UTF8"
+        self.codec = "utf-8"
+        self.cancelled = False  # a cancel request came while a flow ran
+        self._statements: set[bytes] = set()  # prepared statements made from directives
+        self._flow: Steps | None = None
+        self._asking = 0  # the number of the question out with the pipeline; 0: none
+        self._questions = 0
+        self._owning = False  # the relay's chunks come to `_owned_data`
+        self._reader = MessageReader()
+        self._running: _Running | None = None
+        self._queued: deque[_Running] = deque()
+        self._proxy_syncs = 0  # requests of the proxy's own answered with a ReadyForQuery
+        self._client_out = bytearray()
 
     # ------------------------------------------------------------ facts for the rest
-
-    @property
-    def transaction_status(self) -> str:
-        """'I' idle, 'T' in a transaction block, 'E' in a failed one (last ReadyForQuery)."""
-        return chr(self._to_client.status) if self._to_client is not None else "I"
 
     @property
     def closed(self) -> bool:
@@ -244,11 +319,11 @@ class Session:
                 self._gss_answered = True
                 self.io.send_client(b"N")
             elif isinstance(message, CancelRequest):
-                target = self._cancel_keys.lookup(message.pid, message.secret)
+                if self._cancel_keys.lookup(message.pid, message.secret) is None:
+                    log.info("cancel request with an unknown key ignored")
+                target = self._cancel_keys.cancel(message.pid, message.secret)
                 if target is not None:
                     self.io.send_cancel(target)
-                else:
-                    log.info("cancel request with an unknown key ignored")
                 self._close()
             else:
                 self._start(message)
@@ -314,6 +389,8 @@ class Session:
                 return
             kind, body = message
             self._last_server_type = kind[0]
+            if kind == b"S":
+                self._parameter_status(body)
             if kind == b"R" and body[:4] == AUTH_SASL.to_bytes(4, "big"):
                 self._expect_sasl_initial = True
                 try:
@@ -329,7 +406,7 @@ class Session:
                 except DecodeError:
                     self._fail(errors.upstream_lost())
                     return
-                self.client_key = self._cancel_keys.issue(upstream_key)
+                self.client_key = self._cancel_keys.issue(upstream_key, self._cancel_requested)
                 self.io.send_client(self.client_key.encode())
             elif kind == b"Z":
                 self._start_relaying(body[0] if body else ord("I"))
@@ -345,7 +422,9 @@ class Session:
 
     def _start_relaying(self, status: int) -> None:
         self.phase = Phase.READY
-        self._to_server = Relay(self.io.send_server, self._client_violation)
+        self._to_server = FrontendSplitter(
+            self.io.send_server, self._offer, self._client_violation, self._statements
+        )
         self._to_client = Relay(self.io.send_client, self._server_violation)
         self._to_client.status = status
         self.io.relay(self._to_server.feed, self._to_client.feed)
@@ -357,6 +436,249 @@ class Session:
         log.error("upstream sent an invalid message (%s); closing the session", what)
         self._fail(errors.upstream_lost())
 
+    # ------------------------------------------------------------ directives
+
+    def _offer(self, unit: Unit) -> bool:
+        """The splitter's question: take this Query or batch over (True), or pass it on?"""
+        if unit.is_query:
+            body = unit.messages[0][1]
+            raw = body[:-1] if body.endswith(b"\0") else body
+            text = raw.decode(self.codec, "replace")
+            found: Directive | DirectiveError | None
+            try:
+                found = parse(text)
+            except DirectiveError as exc:
+                found = exc
+            if found is None:
+                forget_in_query(text, self._statements)
+                return False
+            self._statements.discard(b"")  # a Query ends the unnamed statement
+            self._start_flow(query_flow(self, raw, found))
+            return True
+        messages = unit.messages
+        end = messages[-1][0] if messages[-1][0] in (b"S", b"H") else b""
+        try:
+            segments = plan_batch(
+                messages[:-1] if end else messages, self._statements, self._decode
+            )
+        except DecodeError:
+            return False  # the server will refuse it, as it should
+        if not any(segment.directive for segment in segments):
+            return False
+        self._start_flow(batch_flow(self, segments, end))
+        return True
+
+    def _decode(self, text: bytes) -> str:
+        return text.decode(self.codec, "replace")
+
+    def _start_flow(self, flow: Steps) -> None:
+        self._flow = flow
+        self.cancelled = False
+        self._advance(None)
+
+    def _advance(self, value: object) -> None:
+        """Resume the flow with `value`, and carry out what it asks next."""
+        while self._flow is not None:
+            try:
+                request = self._flow.send(value)
+            except StopIteration:
+                self._end_flow()
+                return
+            except Exception as exc:
+                log.exception("a directive's flow failed")
+                self._fail(errors.internal_error(f"{type(exc).__name__}: {exc}"))
+                return
+            if isinstance(request, Quiesce):
+                if not self._quiet():
+                    assert self._to_client is not None
+                    self._to_client.write = self._watch
+                    return
+                self._own()
+                value = None
+            elif isinstance(request, Exchange):
+                self._run(_Running(request, self._advance, Replies()))
+                return
+            else:
+                assert isinstance(request, Ask)
+                self._questions += 1
+                self._asking = self._questions
+                self._flush_client()
+                self.io.answer(request.question, self.fetch, self._answer_for(self._asking))
+                return
+
+    def _answer_for(self, number: int) -> Callable[[Answer | AnswerError], None]:
+        def answered(answer: Answer | AnswerError) -> None:
+            if self._asking != number or self._flow is None:
+                return  # the session ended meanwhile
+            self._asking = 0
+            self._advance(answer)
+
+        return answered
+
+    def _quiet(self) -> bool:
+        """Every request sent upstream so far has been answered, and the replies relayed."""
+        to_server, to_client = self._to_server, self._to_client
+        assert to_server is not None and to_client is not None
+        answered = to_client.ready_count == to_server.syncs + self._proxy_syncs
+        return answered and to_client.at_boundary
+
+    def _watch(self, data: bytes) -> None:
+        """The relay's writer while a flow waits for the replies to earlier requests."""
+        self.io.send_client(data)
+        if self._flow is not None and self._quiet():
+            self._own()
+            self._advance(None)
+
+    def _own(self) -> None:
+        assert self._to_client is not None
+        self._owning = True
+        self._to_client.write = self._owned_data
+
+    def _end_flow(self) -> None:
+        self._flow = None
+        self._asking = 0
+        if self.closed:
+            return
+        if self._owning:
+            self._owning = False
+            self._client_out += self._reader.take_rest()  # async messages, or a part of one
+        self._flush_client()
+        if self._to_client is not None:
+            self._to_client.write = self.io.send_client
+        if self._to_server is not None:
+            self._to_server.resume()
+
+    def _run(self, running: _Running) -> None:
+        """Send an exchange upstream now, or after the one in progress."""
+        if self.closed:
+            running.on_done(None)
+            return
+        if self._running is not None:
+            self._queued.append(running)
+            return
+        self._running = running
+        self._proxy_syncs += running.request.syncs
+        self._flush_client()
+        self.io.send_server(running.request.data)
+
+    def _owned_data(self, data: bytes) -> None:
+        """The relay's writer while the session owns the upstream: read the replies whole."""
+        reader = self._reader
+        reader.feed(data)
+        while self._owning:
+            message = reader.next_message()  # lengths were checked by the relay
+            if message is None:
+                break
+            self._server_message(*message)
+        self._flush_client()
+
+    def _server_message(self, kind: bytes, body: bytes) -> None:
+        if kind in (b"N", b"S", b"A"):
+            if kind == b"S":
+                self._parameter_status(body)
+            self._client_out += typed(kind, body)
+            return
+        running = self._running
+        if running is None:
+            log.error("upstream sent a %r message when nothing was asked of it", kind)
+            self._fail(errors.upstream_lost())
+            return
+        request, replies = running.request, running.replies
+        if kind == b"Z":
+            replies.status = chr(body[0]) if body else "I"
+            replies.ready += 1
+            if replies.ready < request.syncs:
+                replies.groups.append([])
+                return
+            self._running = self._queued.popleft() if self._queued else None
+            if self._running is not None:
+                next_one = self._running
+                self._proxy_syncs += next_one.request.syncs
+                self.io.send_server(next_one.request.data)
+            running.on_done(replies)
+            return
+        if kind == b"E":
+            error = ErrorResponse.decode(body, self.codec)
+            if replies.error is None:
+                replies.error = error
+            if request.relay:
+                if request.ours and "inline_code_block" in error.fields.get(WHERE, ""):
+                    fields = {k: v for k, v in error.fields.items() if k not in "WFLR"}
+                    body = ErrorResponse(fields).encode(self.codec)[5:]
+                self._client_out += typed(kind, body)
+                return
+        if not request.relay:
+            replies.add(kind, body)
+        elif kind not in request.drop:
+            self._client_out += typed(kind, body)
+
+    def _flush_client(self) -> None:
+        if self._client_out:
+            out = bytes(self._client_out)
+            self._client_out.clear()
+            self.io.send_client(out)
+
+    def _parameter_status(self, body: bytes) -> None:
+        try:
+            status = ParameterStatus.decode(body)
+        except DecodeError:
+            return
+        if status.name == "client_encoding":
+            self.set_client_encoding(status.value)
+
+    def _cancel_requested(self) -> bool:
+        """A cancel request came for this session: whether the upstream should get it."""
+        if self._flow is None:
+            return True
+        self.cancelled = True
+        return self._running is not None  # a statement of the flow's is running upstream
+
+    # FlowContext, for the flows
+
+    @property
+    def transaction_status(self) -> str:
+        """'I' idle, 'T' in a transaction block, 'E' in a failed one (last ReadyForQuery)."""
+        return chr(self._to_client.status) if self._to_client is not None else "I"
+
+    def set_client_encoding(self, name: str) -> None:
+        self.client_encoding = name
+        self.codec = python_codec(name)
+
+    def emit(self, data: bytes) -> None:
+        self._client_out += data
+
+    def skip_until_sync(self) -> None:
+        if self._to_server is not None:
+            self._to_server.skip_until_sync()
+
+    # The pipeline's Database, on the event loop (see proxy.answerer.UpstreamDatabase)
+
+    def fetch(
+        self, query: str, params: Sequence[object], timeout_s: float | None, done: FetchDone
+    ) -> None:
+        """Run one query of the pipeline's in the flow's read-only scope; `done` gets the rows
+        or an `UpstreamQueryError`."""
+        if self.closed or not self._asking:
+            done(connection_gone())
+            return
+        if self.cancelled:
+            done(canceled())
+            return
+        codec = self.codec
+        timeout = self.statement_timeout_s if timeout_s is None else timeout_s
+        data = fetch_messages(query, params, timeout, codec)
+
+        def finished(replies: Replies | None) -> None:
+            if replies is None:
+                done(connection_gone())
+                return
+            try:
+                done(rows(replies, codec))
+            except UpstreamQueryError as exc:
+                done(exc)
+
+        self._run(_Running(Exchange(data, FETCH_SYNCS), finished, Replies()))
+
     # ------------------------------------------------------------ ending
 
     def _fail(self, error: ErrorResponse | None) -> None:
@@ -366,7 +688,12 @@ class Session:
         if error is not None:
             log.info("closing session: %s (SQLSTATE %s)", error.message, error.sqlstate)
             to_client = self._to_client
-            if to_client is None or (to_client.at_boundary and not to_client.broken):
+            if (
+                to_client is None
+                or self._owning
+                or (to_client.at_boundary and not to_client.broken)
+            ):
+                self._flush_client()
                 self.io.send_client(error.encode())
         self._close()
 
@@ -379,4 +706,12 @@ class Session:
                 relay.write = _nowhere
         if self.client_key is not None:
             self._cancel_keys.release(self.client_key)
+        self._flow = None
+        self._asking = 0
+        self._owning = False
+        waiting = [self._running, *self._queued] if self._running else list(self._queued)
+        self._running = None
+        self._queued.clear()
+        for running in waiting:
+            running.on_done(None)
         self.io.close()

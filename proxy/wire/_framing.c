@@ -1,5 +1,6 @@
 /*
- * proxy.wire._framing: the C build of framing.Relay, the hot path of the proxy.
+ * proxy.wire._framing: the C build of framing.Relay, the hot path of the proxy, and of
+ * splitter.py_scan_plain, the hot path of the client's direction.
  *
  * Same behaviour as the pure-Python `Relay` in framing.py, which is the reference and is tested
  * against this one (tests/unit/test_framing.py runs every case on both). A relay watches one
@@ -23,6 +24,7 @@ typedef struct {
     Py_ssize_t status_at;     /* where in the next chunk a split ReadyForQuery's status is, or -1 */
     int last_type;            /* type byte of the last message whose header was seen, or 0 */
     int status;               /* status byte of the last ReadyForQuery */
+    unsigned long long ready_count; /* ReadyForQuery headers seen */
     int terminated;           /* a Terminate ('X') went by */
     int broken;               /* a violation was reported: relay nothing more */
     unsigned long max_length;
@@ -52,6 +54,7 @@ Relay_init(Relay *self, PyObject *args, PyObject *kwds)
     self->status_at = -1;
     self->last_type = 0;
     self->status = 'I';
+    self->ready_count = 0;
     self->terminated = 0;
     self->broken = 0;
     self->max_length = max_length;
@@ -106,6 +109,7 @@ note_type(Relay *self, const unsigned char *buf, Py_ssize_t n, int kind, Py_ssiz
 {
     self->last_type = kind;
     if (kind == 'Z') {
+        self->ready_count++;
         if (body < n)
             self->status = buf[body];
         else
@@ -224,6 +228,12 @@ Relay_set_int(Relay *self, PyObject *value, void *closure)
 }
 
 static PyObject *
+Relay_get_ready_count(Relay *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->ready_count);
+}
+
+static PyObject *
 Relay_get_bool(Relay *self, void *closure)
 {
     return PyBool_FromLong(*(int *)((char *)self + (Py_ssize_t)closure));
@@ -239,6 +249,8 @@ static PyGetSetDef Relay_getset[] = {
      (void *)offsetof(Relay, last_type)},
     {"status", (getter)Relay_get_int, (setter)Relay_set_int,
      "Status byte of the last ReadyForQuery.", (void *)offsetof(Relay, status)},
+    {"ready_count", (getter)Relay_get_ready_count, NULL,
+     "ReadyForQuery messages whose header was seen.", NULL},
     {"terminated", (getter)Relay_get_bool, NULL, "A Terminate message went by.",
      (void *)offsetof(Relay, terminated)},
     {"broken", (getter)Relay_get_bool, NULL, "A violation was reported; nothing is relayed.",
@@ -267,11 +279,113 @@ static PyTypeObject RelayType = {
     .tp_getset = Relay_getset,
 };
 
+/* ---------------------------------------------------------------- splitter.scan_plain */
+
+static int
+is_space(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* splitter.might_be_directive: after whitespace a comment opener, and "nl" in any case. */
+static int
+might_be_directive(const unsigned char *p, Py_ssize_t start, Py_ssize_t end)
+{
+    if (start < end && !is_space(p[start]) && p[start] != '-' && p[start] != '/')
+        return 0;
+    while (start < end && is_space(p[start]))
+        start++;
+    if (end - start < 2)
+        return 0;
+    if (!((p[start] == '-' && p[start + 1] == '-') || (p[start] == '/' && p[start + 1] == '*')))
+        return 0;
+    for (Py_ssize_t i = start; i + 1 < end; i++) {
+        if ((p[i] | 0x20) == 'n' && (p[i + 1] | 0x20) == 'l')
+            return 1;
+    }
+    return 0;
+}
+
+#define SMALL_LIMIT 10000UL
+
+/* Same as splitter.py_scan_plain (the reference, tested against this). */
+static PyObject *
+scan_plain(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    long long in_run;
+    int last_other;
+    int names;
+    if (!PyArg_ParseTuple(args, "y*Lip", &view, &in_run, &last_other, &names))
+        return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len;
+    Py_ssize_t pos = 0;
+    long long syncs = 0;
+    int open_batch = 0;
+    int plain = 1;
+    while (n - pos >= 5) {
+        int kind = p[pos];
+        unsigned long length = be32(p + pos + 1);
+        if (length < 4 || length > SMALL_LIMIT || (Py_ssize_t)length > n - pos - 1) {
+            plain = 0;
+            break;
+        }
+        Py_ssize_t end = pos + 1 + (Py_ssize_t)length;
+        if (kind == 'S') {
+            syncs++;
+            in_run++;
+            open_batch = 0;
+        }
+        else if (kind == 'P' || kind == 'B' || kind == 'D' || kind == 'E' || kind == 'C') {
+            if (names) {
+                plain = 0;
+                break;
+            }
+            if (kind == 'P') {
+                const unsigned char *nul = memchr(p + pos + 5, 0, (size_t)(end - pos - 5));
+                if (nul == NULL || might_be_directive(p, nul - p + 1, end - 3)) {
+                    plain = 0;
+                    break;
+                }
+            }
+            open_batch = 1;
+            in_run = 0;
+            last_other = kind;
+        }
+        else if (kind == 'Q') {
+            if (open_batch || names || might_be_directive(p, pos + 5, end - 1)) {
+                plain = 0;
+                break;
+            }
+            syncs++;
+            in_run = 0;
+            last_other = kind;
+        }
+        else {
+            plain = 0;
+            break;
+        }
+        pos = end;
+    }
+    PyBuffer_Release(&view);
+    if (!plain || pos != n || open_batch)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LLi)", syncs, in_run, last_other);
+}
+
+static PyMethodDef framing_functions[] = {
+    {"scan_plain", (PyCFunction)scan_plain, METH_VARARGS,
+     "scan_plain(data, in_run, last_other, names): see splitter.py_scan_plain."},
+    {NULL}
+};
+
 static struct PyModuleDef framing_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "proxy.wire._framing",
-    .m_doc = "C build of proxy.wire.framing.Relay.",
+    .m_doc = "C build of proxy.wire.framing.Relay and proxy.wire.splitter.py_scan_plain.",
     .m_size = -1,
+    .m_methods = framing_functions,
 };
 
 PyMODINIT_FUNC

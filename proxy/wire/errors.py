@@ -13,6 +13,7 @@ CONNECTION_FAILURE = "08006"
 INVALID_AUTHORIZATION = "28000"
 TOO_MANY_CONNECTIONS = "53300"
 ADMIN_SHUTDOWN = "57P01"
+INTERNAL_ERROR = "XX000"
 
 
 def _fatal(sqlstate: str, message: str, hint: str = "", detail: str = "") -> ErrorResponse:
@@ -99,4 +100,13 @@ def shutting_down() -> ErrorResponse:
         ADMIN_SHUTDOWN,
         "terminating connection because pgnl is shutting down",
         hint="Reconnect once pgnl is running again.",
+    )
+
+
+def internal_error(what: str) -> ErrorResponse:
+    """pgnl itself failed (a bug); the connection is closed (XX000)."""
+    return _fatal(
+        INTERNAL_ERROR,
+        f"pgnl failed: {what}",
+        hint="This is a bug in pgnl: reconnect, and report it with pgnl's log.",
     )

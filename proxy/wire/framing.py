@@ -73,8 +73,10 @@ class PyRelay:
     `feed(chunk)` walks the headers in the chunk (a few bytes each; bodies are skipped, not read)
     and calls `write(chunk)` with the very same object. On an impossible length it calls
     `on_violation(message)` instead, and relays nothing more. Facts kept for the session:
-    `at_boundary`, `last_type`, `status` (of the last ReadyForQuery), `terminated` (a Terminate
-    went by). `write` may be replaced, e.g. by a no-op once the other side has gone.
+    `at_boundary`, `last_type`, `status` (of the last ReadyForQuery), `ready_count` (how many
+    ReadyForQuery headers went by), `terminated` (a Terminate went by). `write` may be replaced,
+    e.g. by a no-op once the other side has gone, or by the session while it reads the stream
+    itself.
 
     This is the reference implementation; `proxy/wire/_framing.c` is the same in C, used when it
     was compiled at install time (`ACCELERATED`), and tested against this one.
@@ -88,6 +90,7 @@ class PyRelay:
         "last_type",
         "max_length",
         "on_violation",
+        "ready_count",
         "status",
         "terminated",
         "write",
@@ -107,6 +110,7 @@ class PyRelay:
         self._status_at = -1  # where in the next chunk a split ReadyForQuery's status byte is
         self.last_type = 0  # type byte of the last message whose header was seen
         self.status = 73  # ord("I"): the status byte of the last ReadyForQuery
+        self.ready_count = 0  # ReadyForQuery messages whose header was seen
         self.terminated = False
         self.broken = False
 
@@ -167,6 +171,7 @@ class PyRelay:
     def _note(self, data: bytes, kind: int, body: int) -> None:
         self.last_type = kind
         if kind == 90:  # "Z": ReadyForQuery, whose one byte is the transaction status
+            self.ready_count += 1
             if body < len(data):
                 self.status = data[body]
             else:

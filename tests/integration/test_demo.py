@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from proxy.cli import DEMO_QUESTIONS
 from proxy.config import load
 from proxy.embedded import EmbeddedError, EmbeddedPostgres
 from tests.fix_pg import free_port
@@ -92,11 +93,52 @@ def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, s
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "Calculus I"
+        assert process.stdout is not None
+        printed = [process.stdout.readline().strip() for _ in range(1 + len(DEMO_QUESTIONS))]
+        assert printed[0] == f"Connect with psql '{dsn}' and paste a question:"
+        assert printed[1:] == list(DEMO_QUESTIONS)
+        answers = paste_into_psql(dsn, DEMO_QUESTIONS)
+        assert answers[0] == direct(
+            dsn, "SELECT count(*) FROM students WHERE home_city = 'New York'"
+        )
+        chosen_sql = answers[1][0][0]
+        assert direct(dsn, chosen_sql) == direct(
+            dsn, "SELECT name FROM departments ORDER BY budget DESC LIMIT 1"
+        )
+        assert {row[0] for row in answers[2]} >= {"schema", "sketch", "complete", "check"}
         process.send_signal(signal.SIGINT)
         assert process.wait(30) == 0
         postgres_port = int(demo_env["PGNL_EMBEDDED_PORT"])
         proxy_port = int(demo_env["PGNL_PROXY_LISTEN"].rpartition(":")[2])
         assert not port_open(proxy_port) and not port_open(postgres_port)
+
+
+def direct(dsn: str, sql: str) -> list[tuple[str, ...]]:
+    """Rows of plain SQL through the proxy, as psql's unaligned text."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [tuple(str(v) for v in row) for row in conn.execute(sql.encode()).fetchall()]
+
+
+def paste_into_psql(dsn: str, questions: tuple[str, ...]) -> list[list[tuple[str, ...]]]:
+    """Each question typed into psql (on its standard input, as a user pastes it), and the rows
+    that came back for each, as text."""
+    result = subprocess.run(
+        ["psql", "-X", "-A", "-F", "\t", "-t", "-v", "ON_ERROR_STOP=1", "--echo-queries", dsn],
+        input="\n".join(questions) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    answers: list[list[tuple[str, ...]]] = []
+    for line in result.stdout.splitlines():
+        if line in questions:
+            answers.append([])
+        elif line.strip():
+            answers[-1].append(tuple(line.split("\t")))
+    assert len(answers) == len(questions), result.stdout
+    return answers
 
 
 def test_taken_port_is_a_clear_error(demo_env: dict[str, str]) -> None:

@@ -87,6 +87,18 @@ def test_any_chunking_gives_the_same_facts(cls: type[PyRelay], cuts: list[int]) 
     assert not relay.terminated and not sink.violations
 
 
+def test_ready_for_query_messages_are_counted(relay_class: type[PyRelay]) -> None:
+    """`ready_count` is how the session knows every request so far has been answered."""
+    for cut in range(len(SERVER_STREAM) + 1):
+        relay = Sink().relay(relay_class)
+        relay.feed(SERVER_STREAM[:cut])
+        relay.feed(SERVER_STREAM[cut:])
+        assert relay.ready_count == 2, cut
+    relay = Sink().relay(relay_class)
+    relay.feed(SERVER_STREAM[: SERVER_STREAM.index(b"Z") + 5])  # header seen, status byte not
+    assert relay.ready_count == 1 and not relay.at_boundary
+
+
 def test_every_single_byte_split_tracks_ready_for_query_status(relay_class: type[PyRelay]) -> None:
     for cut in range(1, len(SERVER_STREAM)):
         relay = Sink().relay(relay_class)
@@ -193,6 +205,7 @@ def test_c_and_python_relays_agree(stream: bytes, cuts: list[int]) -> None:
             relay.at_boundary,
             relay.last_type,
             relay.status,
+            relay.ready_count,
             relay.terminated,
             relay.broken,
         )

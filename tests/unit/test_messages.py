@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -11,10 +12,23 @@ from proxy.wire import errors
 from proxy.wire.messages import (
     AuthenticationSASL,
     BackendKeyData,
+    Bind,
     CancelRequest,
+    Close,
+    CommandComplete,
+    DataRow,
     DecodeError,
+    Describe,
     ErrorResponse,
+    Execute,
+    FieldDescription,
     GSSENCRequest,
+    NoticeResponse,
+    NotificationResponse,
+    ParameterStatus,
+    Parse,
+    ReadyForQuery,
+    RowDescription,
     SASLInitialResponse,
     SSLRequest,
     StartupMessage,
@@ -87,6 +101,7 @@ BUILDERS: dict[str, tuple[Callable[[], ErrorResponse], str]] = {
     "too_many_connections": (lambda: errors.too_many_connections(3), "53300"),
     "direct_tls_unsupported": (errors.direct_tls_unsupported, "08P01"),
     "shutting_down": (errors.shutting_down, "57P01"),
+    "internal_error": (lambda: errors.internal_error("x"), "XX000"),
 }
 
 
@@ -109,3 +124,58 @@ def test_builders_table_covers_every_builder() -> None:
         if callable(getattr(errors, name)) and not name.startswith("_") and name.islower()
     }
     assert public == set(BUILDERS)
+
+
+# ---------------------------------------------------------------- what the proxy sends and reads
+# for directives (its own queries, and the client's Parse/Bind it rewrites)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        Parse(b"", b"SELECT 1"),
+        Parse(b"S_1", "SELECT $1, 'é'".encode(), (23, 0)),
+        Bind(b"", b""),
+        Bind(b"C_1", b"S_1", (b"1", None, b""), (0, 1), (1,)),
+        Describe(b"S", b"S_1"),
+        Describe(b"P", b""),
+        Close(b"P", b"C_1"),
+        Execute(b"", 0),
+        Execute(b"C_1", 100),
+        ReadyForQuery(b"T"),
+        ParameterStatus("client_encoding", "UTF8"),
+        RowDescription((FieldDescription(b"sql", 0, 0, 25, -1, -1, 0),)),
+        DataRow((b"42", None, b"")),
+        CommandComplete("SELECT 1"),
+        NotificationResponse(4242, "channel", "payload é"),
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_protocol_messages_round_trip(message: Any) -> None:
+    ((kind, body),) = split_messages(message.encode())
+    assert kind == message.KIND
+    assert type(message).decode(body) == message
+
+
+def test_notice_response_is_an_error_response_of_its_own_kind() -> None:
+    notice = NoticeResponse({"S": "NOTICE", "C": "00000", "M": "pgnl: SELECT 'é'"})
+    ((kind, body),) = split_messages(notice.encode("latin-1"))
+    assert kind == b"N" and b"\xe9" in body
+    assert NoticeResponse.decode(body, "latin-1") == notice
+
+
+@pytest.mark.parametrize(
+    ("cls", "body"),
+    [
+        (Parse, b"S_1\x00SELECT 1\x00\x00\x02\x00\x00\x00\x17"),
+        (Parse, b"no terminator"),
+        (Bind, b"\x00\x00\x00\x00\x00\x01\x00\x00\x00\x09abc"),
+        (Describe, b"XS_1\x00"),
+        (Execute, b"\x00\x00\x00"),
+        (DataRow, b"\x00\x01\x00\x00\x00\x05ab"),
+        (ReadyForQuery, b"Q"),
+    ],
+)
+def test_malformed_protocol_messages(cls: Any, body: bytes) -> None:
+    with pytest.raises(DecodeError):
+        cls.decode(body)

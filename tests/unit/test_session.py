@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from proxy.nl2sql.answer import Answer, AnswerError
 from proxy.session import CancelKeys, Phase, Session
+from proxy.upstream import Fetch
 from proxy.wire import errors
 from proxy.wire.messages import (
     AuthenticationSASL,
@@ -38,6 +40,9 @@ class Recorder:
     to_server: bytearray = field(default_factory=bytearray)
     actions: list[str] = field(default_factory=list)
     cancels: list[BackendKeyData] = field(default_factory=list)
+    asked: list[tuple[str, Fetch, Callable[[Answer | AnswerError], None]]] = field(
+        default_factory=list
+    )
 
     def send_client(self, data: bytes) -> None:
         self.to_client += data
@@ -61,6 +66,11 @@ class Recorder:
         self, from_client: Callable[[bytes], None], from_server: Callable[[bytes], None]
     ) -> None:
         self.actions.append("relay")
+
+    def answer(
+        self, question: str, fetch: Fetch, done: Callable[[Answer | AnswerError], None]
+    ) -> None:
+        self.asked.append((question, fetch, done))
 
     def client_messages(self) -> list[tuple[bytes, bytes]]:
         """Typed messages sent to the client, after any one-byte SSL/GSS answers."""
