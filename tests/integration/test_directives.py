@@ -37,6 +37,7 @@ from psycopg import sql
 
 from proxy.nl2sql.answer import AnswerError, TraceRow
 from proxy.rewrite import explain_sql, raise_sql, show_sql
+from tests.fix_llm import ScriptedLLM, Stall
 from tests.fix_pg import Postgres
 from tests.fix_proxy import RunningProxy, run_pgnl, start_proxy
 
@@ -651,3 +652,46 @@ def test_a_question_in_another_client_encoding(dsn: str, postgres: Postgres, how
             "SELECT count(*) FROM nl.query_log WHERE question = %s", [question]
         ).fetchone()
     assert row == (1,)
+
+
+# ---------------------------------------------------------------- with an LLM
+
+
+@pytest.fixture
+def llm_proxy(postgres: Postgres, llm_server: ScriptedLLM) -> Iterator[RunningProxy]:
+    """A proxy of its own whose [llm] is the scripted OpenAI-compatible server."""
+    running = start_proxy(
+        postgres.port,
+        env={
+            "PGNL_LLM_BASE_URL": llm_server.base_url,
+            "PGNL_LLM_MODEL": "scripted",
+            "PGNL_LLM_TIMEOUT_S": "1",
+            "PGNL_LLM_DEADLINE_S": "2",
+            "PGNL_LLM_MAX_RETRIES": "0",
+        },
+    )
+    yield running
+    assert running.internal_errors() == []
+    running.stop()
+
+
+def test_llm_answer_through_the_proxy_and_fallback_when_it_stalls(
+    llm_proxy: RunningProxy, llm_server: ScriptedLLM, university: str, postgres: Postgres
+) -> None:
+    written = "SELECT count(*) AS students FROM students"
+    llm_server.script(written)
+    with psycopg.connect(llm_proxy.dsn(dbname=university), autocommit=True) as conn:
+        seen = notices_of(conn)
+        assert conn.execute(f"-- nl: {COUNT_STUDENTS}").fetchall() == [
+            (count(postgres, "students"),)
+        ]
+        assert seen == [f"pgnl: {written}"]
+        assert COUNT_STUDENTS in llm_server.last.content("user")
+        # the LLM stalls: the small models answer, and the client is told so
+        llm_server.script(then=Stall(30))
+        seen.clear()
+        start = time.monotonic()
+        shown = conn.execute(f"-- nl show: {COUNT_STUDENTS}").fetchall()
+        assert time.monotonic() - start < 15
+        assert shown and "students" in shown[0][0]
+        assert any("the LLM (scripted) failed" in notice for notice in seen), seen
