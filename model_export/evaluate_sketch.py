@@ -80,6 +80,7 @@ def accuracy(
                     found.froms,
                     None if name == "sketch" else found.aligned,
                     combine=name == "combined",
+                    named=(item.schema, item.question) if sketcher.settings.named_from else None,
                 )[0]
                 for part, mine, right in zip(PARTS, _parts(best), gold, strict=True):
                     hits[name][part] += mine == right

@@ -207,6 +207,14 @@ class SketchSettings:
             "false: by the aligner alone, as in the paper."
         ),
     )
+    named_from: bool = field(
+        default=True,
+        metadata=_doc(
+            "Try first, for each SELECT x KEYWORDS pair, the FROM its own columns name (plus "
+            "the tables the question names), unless it counts rows. false: the sketch model's "
+            "FROM sets alone, as in the paper."
+        ),
+    )
 
 
 @dataclass

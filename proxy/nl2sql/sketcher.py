@@ -38,6 +38,7 @@ from proxy.nl2sql.sketch import (
     from_candidates,
     keyword_candidates,
     merge_windows,
+    named_tables,
     select_candidates,
     slots_for,
 )
@@ -177,7 +178,15 @@ class Sketcher:
         keywords = keyword_candidates(scores, settings.keywords_k)
         froms = from_candidates(scores, settings.from_k)
         aligned = self.align(question, schema, selects, keywords)
-        sketches = rank(scores, selects, keywords, froms, aligned, combine=settings.combine)
+        sketches = rank(
+            scores,
+            selects,
+            keywords,
+            froms,
+            aligned,
+            combine=settings.combine,
+            named=(schema, question) if settings.named_from else None,
+        )
         return Hypotheses(scores, selects, froms, keywords, aligned, sketches)
 
     def sketch(self, question: str, schema: Schema) -> list[Sketch]:
@@ -193,11 +202,14 @@ def rank(
     aligned: FloatArray | None,
     *,
     combine: bool,
+    named: tuple[Schema, str] | None = None,
 ) -> list[Sketch]:
     """Sketches best first. A SELECT x KEYWORDS pair scores its aligner logit (`aligned`, in
     `itertools.product(selects, keywords)` order), plus the sketch model's log-probability of
     both parts when `combine`; without an aligner, that log-probability alone. Each pair is
-    combined with every FROM set: ordered by pair, then by FROM probability."""
+    combined with every FROM set: ordered by pair, then by FROM probability. With `named` (the
+    schema and the question), a pair's first FROM set is the one its own columns call for
+    (`sketch.named_tables`), scored as the model's best."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -205,17 +217,26 @@ def rank(
         pair_scores = logits + pair_scores if combine else logits
     ranked = sorted(range(len(pairs)), key=lambda i: -pair_scores[i])
     slots = {chosen: slots_for(scores, chosen) for chosen, _ in keywords}
-    return [
-        Sketch(
-            select=pairs[i][0][0],
-            tables=tables,
-            keywords=pairs[i][1][0],
-            slots=slots[pairs[i][1][0]],
-            score=float(pair_scores[i] + from_score),
+    sketches: list[Sketch] = []
+    for i in ranked:
+        select, chosen = pairs[i][0][0], pairs[i][1][0]
+        pair_froms = list(froms)
+        if named is not None and froms:
+            schema, question = named
+            own = named_tables(schema, select, slots[chosen], question, froms[0][0])
+            if own is not None:
+                pair_froms = [(own, froms[0][1]), *(f for f in froms if f[0] != own)]
+        sketches.extend(
+            Sketch(
+                select=select,
+                tables=tables,
+                keywords=chosen,
+                slots=slots[chosen],
+                score=float(pair_scores[i] + from_score),
+            )
+            for tables, from_score in pair_froms
         )
-        for i in ranked
-        for tables, from_score in froms
-    ]
+    return sketches
 
 
 _cache: dict[tuple[str, str, int, str], Sketcher] = {}

@@ -1,5 +1,6 @@
 """Decoding the sketch model's logits: the k most probable item sets (against brute force), the
-clause rules keyword sets obey, SELECT/FROM/KEYWORDS candidates, slots, and merging windows."""
+clause rules keyword sets obey, SELECT/FROM/KEYWORDS candidates, slots, merging windows, and the
+FROM a pair's own columns call for."""
 
 from __future__ import annotations
 
@@ -27,16 +28,21 @@ from proxy.nl2sql.sketch import (
     WHERE_OR_OUTPUT,
     WHERE_OUTPUTS,
     FloatArray,
+    Predicate,
     SelectItem,
     SketchScores,
+    Slots,
     from_candidates,
     k_best_sets,
     keyword_candidates,
     merge_windows,
+    named_tables,
+    names_table,
     select_candidates,
     slots_for,
     valid_keywords,
 )
+from proxy.nl2sql.sketcher import rank
 
 Valid = Callable[[frozenset[int]], bool]
 TOLERANCE = 1e-4  # the logits are float32; log-probabilities of ~12 items agree to this
@@ -372,3 +378,104 @@ def test_merge_of_one_window_is_that_window() -> None:
     np.testing.assert_array_equal(scores.column_logits, columns)
     np.testing.assert_array_equal(scores.table_logits, tables)
     np.testing.assert_array_equal(scores.question_logits, question)
+
+
+# --- the FROM a pair's own columns call for ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "table", "named"),
+    [
+        ("What are the names of poker players?", "poker player", True),
+        ("Which courses have students enrolled?", "student enrolment", True),
+        ("How many pets does each student have?", "pets", True),
+        ("List the singers by age.", "singer", True),
+        ("Show the names of conductors and their orchestras.", "show", False),
+        ("What are the TV channels whose series names are Sky Radio?", "tv series", False),
+        ("Which students have a pet dog?", "student enrolment", False),
+        ("How many singers are there?", "song", False),
+    ],
+)
+def test_names_table(question: str, table: str, named: bool) -> None:
+    assert names_table(question, table) is named
+
+
+MUSIC = Schema(
+    "music",
+    (Table("singer"), Table("song"), Table("concert")),
+    (
+        Column(0, "singer_id", "number"),
+        Column(0, "name"),
+        Column(0, "net_worth", "number"),
+        Column(1, "song_id", "number"),
+        Column(1, "singer_id", "number"),
+        Column(1, "title"),
+        Column(2, "concert_id", "number"),
+        Column(2, "year", "number"),
+    ),
+)
+NAME, NET_WORTH, TITLE, YEAR = 1, 2, 5, 7
+SINGER, SONG, CONCERT = 0, 1, 2
+
+
+def test_named_tables_are_the_tables_of_the_columns_named() -> None:
+    ordered = Slots(order_by=(SelectItem("", NET_WORTH),))
+    select = frozenset({SelectItem("", NAME)})
+    question = "List the name of singers in ascending order of net worth."
+    model = frozenset({SINGER, SONG})
+    assert named_tables(MUSIC, select, ordered, question, model) == frozenset({SINGER})
+    where = Slots(where=(Predicate(YEAR, ">"),))
+    named = named_tables(MUSIC, select, where, question, frozenset({SINGER}))
+    assert named == frozenset({SINGER, CONCERT})
+
+
+def test_named_tables_keep_the_model_tables_the_question_names() -> None:
+    select = frozenset({SelectItem("", NAME)})
+    asked = "What are the names of singers who have songs?"
+    model = frozenset({SINGER, SONG, CONCERT})
+    assert named_tables(MUSIC, select, Slots(), asked, model) == frozenset({SINGER, SONG})
+
+
+@pytest.mark.parametrize(
+    "select",
+    [
+        frozenset({SelectItem("count", STAR)}),
+        frozenset({SelectItem("", NAME), SelectItem("count", STAR)}),
+        frozenset({SelectItem("", STAR)}),
+    ],
+)
+def test_named_tables_leave_counting_and_columnless_pairs_to_the_model(
+    select: frozenset[SelectItem],
+) -> None:
+    model = frozenset({SINGER, SONG})
+    assert named_tables(MUSIC, select, Slots(), "How many songs?", model) is None
+
+
+def test_rank_tries_each_pairs_own_from_first() -> None:
+    select = frozenset({SelectItem("", TITLE)})
+    count = frozenset({SelectItem("count", STAR)})
+    froms = [(frozenset({SINGER, SONG}), -0.5), (frozenset({SONG}), -1.0)]
+    scores = SketchScores(
+        column_logits=np.full((len(MUSIC.columns) + 1, COLUMN_OUTPUTS), -5.0, dtype=np.float32),
+        table_logits=np.zeros(len(MUSIC.tables), dtype=np.float32),
+        question_logits=np.full(QUESTION_OUTPUTS, -5.0, dtype=np.float32),
+    )
+    ranked = rank(
+        scores,
+        [(select, -0.1), (count, -0.2)],
+        [(frozenset(), -0.1)],
+        froms,
+        None,
+        combine=True,
+        named=(MUSIC, "What are the titles of all songs?"),
+    )
+    # the title pair: its own FROM (song) first, scored as the model's best, and not twice
+    assert [(s.select, set(s.tables)) for s in ranked] == [
+        (select, {SONG}),
+        (select, {SINGER, SONG}),
+        (count, {SINGER, SONG}),
+        (count, {SONG}),
+    ]
+    assert ranked[0].score == pytest.approx(-0.1 - 0.1 - 0.5)
+    plain = rank(scores, [(select, -0.1)], [(frozenset(), -0.1)], froms, None, combine=True)
+    assert [set(s.tables) for s in plain] == [{SINGER, SONG}, {SONG}]
