@@ -50,8 +50,11 @@ sketch does not say:
   words overrule the slot head's operator where they contradict it: a number after "less than" is
   compared with <, even if the head said >, and a value a few words after "not" ("other than",
   "except") with != instead of = (+1.1 points in execution on a fifth of Spider dev).
-- A predicate with no literal left raises `CompletionError` ("no value"): no placeholder in the
-  SQL, and no silently dropped condition, which would return more rows that look right; the
+- A comparison on a numeric column with no number left, in a question that says "average"
+  ("weighing less than the average"), compares with the column's average over its table, the
+  direction read from the words before "average" (as a nested comparison below).
+- Any other predicate with no literal left raises `CompletionError` ("no value"): no placeholder
+  in the SQL, and no silently dropped condition, which would return more rows that look right; the
   pipeline goes on to its next candidate. Literals left over are ignored.
 - Nested predicates: `in`/`not in` become `col IN (SELECT x FROM other)`, `x` a column joined
   to `col` by a key, declared before implicit: one that references `col` (in a table outside
@@ -776,9 +779,13 @@ def _where_clause(query: _Query) -> str:
             whole = _whole_table(writer, aggregate, predicate.column)
             conditions.append(f"{name} {operator} {whole}")
         elif len(values) < _needs(predicate):
-            raise CompletionError(
-                "no value", f"{schema.qualified(predicate.column)} {predicate.operator}"
-            )
+            implied = _compared_with_average(query.question, predicate, target)
+            if implied is None:
+                raise CompletionError(
+                    "no value", f"{schema.qualified(predicate.column)} {predicate.operator}"
+                )
+            whole = _whole_table(writer, "avg", predicate.column)
+            conditions.append(f"{name} {implied} {whole}")
         elif predicate.operator == "between":
             bounds = values
             if all(isinstance(v.value, int | float) for v in values):
@@ -817,6 +824,23 @@ def _cued_operator(question: str, operator: str, literal: Literal) -> str:
     if operator == "=" and _NEGATION.search(question[: span[0]]):
         return "!="
     return operator
+
+
+_AVERAGE = re.compile(r"\b(?:the\s+)?(?:average|mean)\b", re.I)
+
+
+def _compared_with_average(question: str, predicate: Predicate, column: Column) -> str | None:
+    """For a comparison on a numeric column that found no value: the operator of "below the
+    average", "higher than average" (the cue before the word, else the slot's), or None when the
+    question compares with no average."""
+    if predicate.operator not in _COMPARISONS or not _numeric(column):
+        return None
+    match = _AVERAGE.search(question)
+    if match is None:
+        return None
+    cue = _operator_cue(question, match.span())
+    operator = cue if cue in (">", "<", ">=", "<=") else predicate.operator
+    return operator if operator in (">", "<", ">=", "<=") else None
 
 
 def _whole_table(writer: _Writer, aggregate: str, column: int) -> str:

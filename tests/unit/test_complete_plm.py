@@ -313,6 +313,15 @@ CASES = (
         where=(("stadium.capacity", ">*"),),
     ),
     Case(
+        # a comparison the model did not mark as nested, with no number to compare with
+        "Which stadiums are smaller than the average?",
+        ("stadium.name",),
+        ("stadium",),
+        "SELECT name FROM stadium WHERE capacity < (SELECT avg(capacity) FROM stadium)",
+        keywords=("where",),
+        where=(("stadium.capacity", ">"),),
+    ),
+    Case(
         "What are the different countries of singers above age 20?",
         ("singer.country",),
         ("singer",),
