@@ -463,13 +463,17 @@ class _Run:
         """The `values` stage: the question's typed literals, then, for each WHERE predicate
         that wants a string the question does not quote, the value of the database the question
         names best: in the predicate's own column, else in another text column of the sketch's
-        tables (the predicate moves there), else anywhere in the database (likewise). Look-ups
-        are made once per table set per question."""
+        tables (the predicate moves there), else anywhere in the database (likewise). A
+        predicate on a number column that a quoted string cannot fill ("abbreviation 'UAL'"
+        given to `flights.airline`) moves to the text column holding that string. Look-ups are
+        made once per table set per question."""
         sketch = candidate.sketch
         predicates = list(sketch.slots.where)
         wanting = [i for i, p in enumerate(predicates) if self._wants_value(p)]
         typed = [t for t in self._typed if t.kind == "string"]
-        if not wanting or self.index is None or len(typed) >= len(wanting):
+        # a quoted string cannot be the value of a number column: that predicate wants moving
+        homeless = [i for i in wanting if not self._is_text(predicates[i].column)]
+        if not wanting or self.index is None or (len(typed) >= len(wanting) and not homeless):
             return self._typed
         schema = self._schema
         wanted_tables = {
@@ -492,10 +496,30 @@ class _Run:
                 step.outcome = f"look-up failed: {_one_line(str(exc))}"
                 return self._typed
             taken = {str(t.value).casefold() for t in typed}
+            unplaced = set(taken)  # quoted strings no predicate has been moved to yet
+            free = len(typed)  # quoted strings not yet spoken for
             moves: list[str] = []
-            for i in wanting:
+            # predicates on number columns first: the quoted strings they can move to
+            for i in sorted(wanting, key=lambda i: self._is_text(predicates[i].column)):
                 predicate = predicates[i]
                 home = schema.columns[predicate.column].table
+                if free and self._is_text(predicate.column):
+                    free -= 1  # a quoted string goes to it
+                    continue
+                holder = next(
+                    (c for c in nearby or anywhere or [] if c.value.casefold() in unplaced),
+                    None,
+                )
+                if free and holder is not None:
+                    # the text column that holds a quoted string takes the predicate
+                    column = self._column_numbers[holder.column]
+                    moves.append(
+                        f"{schema.qualified(predicate.column)} -> {schema.qualified(column)}"
+                    )
+                    predicates[i] = replace(predicate, column=column)
+                    unplaced.discard(holder.value.casefold())
+                    free -= 1
+                    continue
                 pool = [c for c in (nearby or anywhere or []) if c.value.casefold() not in taken]
                 own = [c for c in pool if self._column_numbers[c.column] == predicate.column]
                 others = sorted(

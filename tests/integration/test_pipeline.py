@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from benchmarks.spider_pg import load_database
 from proxy.config import LLMSettings, Settings
 from proxy.migrate import migrate
 from proxy.nl2sql.database import PsycopgDatabase
@@ -148,6 +149,32 @@ def test_values_stage_moves_a_predicate_to_the_column_holding_the_value(
     assert values and f"moved {moved}" in values[0].calibration
     assert answer.sql is not None and predicate in answer.sql
     assert answer.rows == rows_of(university, answer.sql) and answer.rows
+
+
+@pytest.fixture(scope="module")
+def flights(postgres: Postgres) -> Iterator[str]:
+    """Spider's flight_2, whose flights.airline is a number that keys airlines."""
+    report = load_database(postgres.dsn(dbname="postgres"), "flight_2")
+    try:
+        with psycopg.connect(report.dsn, autocommit=True) as conn:
+            migrate(conn)
+            build_index(conn, load_embedder(), progress=False)
+        yield report.dsn
+    finally:
+        with psycopg.connect(postgres.dsn(dbname="postgres"), autocommit=True) as admin:
+            admin.execute("DROP DATABASE IF EXISTS spider_flight_2 WITH (FORCE)")
+
+
+def test_a_quoted_string_moves_a_predicate_off_a_number_column(flights: str) -> None:
+    with psycopg.connect(flights) as conn:
+        conn.read_only = True
+        answer = load_pipeline(settings()).answer(
+            "Which airline has abbreviation 'UAL'?", PsycopgDatabase(conn)
+        )
+    values = [row for row in answer.trace if row.stage == "values"]
+    assert values and "flights.airline -> airlines.abbreviation" in values[0].calibration
+    assert answer.sql is not None and "abbreviation = 'UAL'" in answer.sql, answer.trace
+    assert answer.rows == rows_of(flights, answer.sql) and answer.rows
 
 
 def test_schema_is_cached_until_ddl_changes_it(
