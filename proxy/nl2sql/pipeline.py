@@ -84,6 +84,7 @@ SAMPLE_COLUMNS = 8
 _TEXT_OPERATORS = ("=", "!=", "like", "not like", "in", "not in")
 GUESS_GRAMS = 12
 """Words and word pairs of a question compared with a column's values when none is named."""
+_OR = re.compile(r"\bor\b", re.I)
 _WORD = re.compile(r"[^\W_][\w'-]*")
 _CODE = re.compile(r"[A-Z][A-Z0-9]{1,4}")
 _STOP_WORDS = frozenset(
@@ -542,9 +543,11 @@ class _Run:
                     predicates[i] = replace(predicate, column=column)
                 taken.add(chosen.value.casefold())
                 bound.append(Literal(chosen.value, "string", column=column))
-                if set_operation(sketch) is not None and len(wanting) == 1:
+                if len(wanting) == 1 and (
+                    set_operation(sketch) is not None or _OR.search(self.question)
+                ):
                     # "both cats and dogs": the right side of the set operation takes the
-                    # second value of the same column
+                    # second value of the same column; "English or Dutch": both are listed
                     second = next(
                         (
                             c

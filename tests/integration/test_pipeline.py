@@ -151,6 +151,18 @@ def test_values_stage_moves_a_predicate_to_the_column_holding_the_value(
     assert answer.rows == rows_of(university, answer.sql) and answer.rows
 
 
+def test_two_values_joined_by_or_are_both_asked_for(
+    university: str, conn: psycopg.Connection[Any]
+) -> None:
+    answer = load_pipeline(settings()).answer(
+        "which students live in Boston or Chicago?", PsycopgDatabase(conn)
+    )
+    assert answer.sql is not None and "home_city IN ('Boston', 'Chicago')" in answer.sql
+    cities = {row[0] for row in rows_of(university, "SELECT home_city FROM students")}
+    assert {"Boston", "Chicago"} < cities  # the answer is not every student
+    assert answer.rows == rows_of(university, answer.sql) and answer.rows
+
+
 @pytest.fixture(scope="module")
 def flights(postgres: Postgres) -> Iterator[str]:
     """Spider's flight_2, whose flights.airline is a number that keys airlines."""

@@ -313,6 +313,31 @@ CASES = (
         where=(("stadium.capacity", ">*"),),
     ),
     Case(
+        "Which singers are from 'France' or 'Spain'?",
+        ("singer.name",),
+        ("singer",),
+        "SELECT name FROM singer WHERE country IN ('France', 'Spain')",
+        keywords=("where",),
+        where=(("singer.country", "="),),
+    ),
+    Case(
+        "Which singers are not from 'France' or 'Spain'?",
+        ("singer.name",),
+        ("singer",),
+        "SELECT name FROM singer WHERE country NOT IN ('France', 'Spain')",
+        keywords=("where",),
+        where=(("singer.country", "="),),
+    ),
+    Case(
+        # "and" between the values is not a list of alternatives: the second is left over
+        "Which singers are from 'France' and sing 'Hello'?",
+        ("singer.name",),
+        ("singer",),
+        "SELECT name FROM singer WHERE country = 'France'",
+        keywords=("where",),
+        where=(("singer.country", "="),),
+    ),
+    Case(
         # a comparison the model did not mark as nested, with no number to compare with
         "Which stadiums are smaller than the average?",
         ("stadium.name",),
