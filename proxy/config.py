@@ -210,9 +210,10 @@ class SketchSettings:
     named_from: bool = field(
         default=True,
         metadata=_doc(
-            "Try first, for each SELECT x KEYWORDS pair, the FROM its own columns name (plus "
-            "the tables the question names), unless it counts rows. false: the sketch model's "
-            "FROM sets alone, as in the paper."
+            "Try first, for each SELECT x KEYWORDS pair, the FROM its own columns name, plus "
+            "the tables of the sketch model's FROM that the question names (of the whole "
+            "schema, for a pair that counts rows). false: the sketch model's FROM sets alone, "
+            "as in the paper."
         ),
     )
 
