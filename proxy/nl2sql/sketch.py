@@ -234,18 +234,33 @@ def valid_keywords(indexes: frozenset[int]) -> bool:
     return len(chosen & set(SET_OPERATIONS)) <= 1
 
 
-def select_candidates(scores: SketchScores, k: int) -> list[tuple[frozenset[SelectItem], float]]:
-    """The k most probable non-empty SELECT item sets."""
+def select_candidates(
+    scores: SketchScores, k: int, schema: Schema | None = None
+) -> list[tuple[frozenset[SelectItem], float]]:
+    """The k most probable non-empty SELECT item sets; with `schema`, only sets that show no two
+    plain columns of the same name (`city.population, country.population`: 32 of Spider
+    train's 6936 gold queries do, none of dev's 1030, and such sketches were almost always
+    wrong: 1 right of 29 chosen on dev)."""
     logits = scores.column_logits[:, SELECT_OUTPUTS]
     flat = logits.reshape(-1)
     width = logits.shape[1]
-    return [
-        (
-            frozenset(SelectItem(AGGREGATES[i % width], i // width - 1) for i in items),
-            score,
-        )
-        for items, score in k_best_sets(flat, k)
-    ]
+
+    def item(i: int) -> SelectItem:
+        return SelectItem(AGGREGATES[i % width], i // width - 1)
+
+    def valid(items: frozenset[int]) -> bool:
+        if not items:
+            return False
+        if schema is None:
+            return True
+        names = [
+            schema.columns[chosen.column].name.casefold()
+            for chosen in map(item, items)
+            if not chosen.aggregate and chosen.column != STAR
+        ]
+        return len(names) == len(set(names))
+
+    return [(frozenset(map(item, items)), score) for items, score in k_best_sets(flat, k, valid)]
 
 
 def from_candidates(scores: SketchScores, k: int) -> list[tuple[frozenset[int], float]]:

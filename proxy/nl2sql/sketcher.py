@@ -174,7 +174,7 @@ class Sketcher:
             )
         settings = self.settings
         scores = self.scores(question, schema)
-        selects = select_candidates(scores, settings.select_k)
+        selects = select_candidates(scores, settings.select_k, schema)
         keywords = keyword_candidates(scores, settings.keywords_k)
         froms = from_candidates(scores, settings.from_k)
         aligned = self.align(question, schema, selects, keywords)

@@ -264,6 +264,20 @@ def test_select_candidates_map_logits_to_columns_and_aggregates() -> None:
     assert keyword_candidates(scores, 1)[0][0] == frozenset()
 
 
+def test_select_candidates_never_show_two_columns_of_one_name() -> None:
+    scores = _all_negative()
+    scores.column_logits[0 + 1, AGGREGATES.index("")] = 3.0  # t0.c0
+    scores.column_logits[3 + 1, AGGREGATES.index("")] = 2.0  # t1.c0
+    scores.column_logits[3 + 1, AGGREGATES.index("max")] = 1.0  # max(t1.c0)
+    unchecked = select_candidates(scores, 1)[0][0]
+    assert unchecked == {SelectItem("", 0), SelectItem("", 3), SelectItem("max", 3)}
+    sets = [items for items, _ in select_candidates(scores, 4, SCHEMA)]
+    assert sets[0] == {SelectItem("", 0), SelectItem("max", 3)}  # an aggregate may repeat a name
+    for items in sets:
+        names = [SCHEMA.columns[i.column].name for i in items if not i.aggregate]
+        assert len(names) == len(set(names))
+
+
 _CLAUSES = ("where", "group by", "having", "order by", "limit")
 
 
