@@ -313,6 +313,17 @@ CASES = (
         where=(("stadium.capacity", ">*"),),
     ),
     Case(
+        # grouping by concert_id would put one concert in each group: the shown stadium_id,
+        # a key of stadium, is what the groups are
+        "Which stadium ids have more than 2 concerts?",
+        ("concert.stadium_id",),
+        ("concert",),
+        "SELECT stadium_id FROM concert GROUP BY stadium_id HAVING count(*) > 2",
+        keywords=("group by", "having"),
+        group_by=("concert.concert_id",),
+        having=("count(*)",),
+    ),
+    Case(
         # the slot head said >; the question says between
         "Stadiums with a capacity between 5000 and 10000",
         ("stadium.name",),
