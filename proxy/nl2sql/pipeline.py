@@ -20,9 +20,10 @@ ZeroNL2SQL's Algorithm 2 as a declared sequence of stages (`STAGES`), each timed
     execute    the calibrated SQL run
 
 Candidates are tried best sketch first ([pipeline] max_candidates of them, duplicates skipped).
-The first whose result is non-empty and not all NULL is chosen ("answered"); when none is, the
-first that ran ("fallback", with a NOTICE saying so); when none ran, an `AnswerError` (SQLSTATE
-NL001) that shows the last SQL tried.
+The first whose result is non-empty and not all NULL, and whose SQL holds every value the
+question typed (quoted strings, numbers), is chosen ("answered"), else the first with such a
+result; when none is, the first that ran ("fallback", with a NOTICE saying so); when none ran,
+an `AnswerError` (SQLSTATE NL001) that shows the last SQL tried.
 
 Every query goes through the `Database` the caller gives, as its role, with [pipeline]
 statement_timeout_s each: the caller runs them in a read-only transaction (the proxy opens one
@@ -317,6 +318,7 @@ class _Run:
                 return
             step.outcome = f"{len(sketches)} sketches"
         fallback: _Candidate | None = None
+        partial: _Candidate | None = None  # answered, but leaves out a value the question gave
         tried: set[str] = set()
         for number, sketch in enumerate(sketches[: self.settings.max_candidates], start=1):
             candidate = _Candidate(number, sketch)
@@ -327,9 +329,15 @@ class _Run:
                 continue
             self._calibrate(candidate)
             if _has_values(candidate.rows):
-                self._choose(candidate, "answered")
-                return
+                if self._uses_every_literal(candidate):
+                    self._choose(candidate, "answered")
+                    return
+                partial = partial or candidate
+                continue
             fallback = fallback or candidate
+        if partial is not None:
+            self._choose(partial, "answered")
+            return
         if fallback is not None:
             self._choose(fallback, "fallback")
             self.notice(
@@ -346,6 +354,19 @@ class _Run:
             "or write the SQL; -- nl explain: shows every candidate",
             detail=f"last SQL tried: {last}" if last else "",
         )
+
+    def _uses_every_literal(self, candidate: _Candidate) -> bool:
+        """Whether the candidate's SQL holds every value the question typed: each quoted string
+        (case aside; one that calibration replaced counts as left out) and each number."""
+        sql = candidate.sql.casefold()
+        for literal in self._typed:
+            text = str(literal.value).casefold()
+            if literal.kind == "number":
+                if not re.search(rf"(?<![\w.]){re.escape(text)}(?![\w])", sql):
+                    return False
+            elif text.strip() not in sql:
+                return False
+        return True
 
     def _choose(self, candidate: _Candidate, outcome: str) -> None:
         self.result.sql = candidate.sql

@@ -225,6 +225,22 @@ def test_llm_query_is_chosen(
     assert len(llm_server.requests) == 1
 
 
+def test_a_candidate_that_leaves_out_a_typed_value_gives_way(
+    llm_pipeline: Pipeline, llm_server: ScriptedLLM, conn: psycopg.Connection[Any]
+) -> None:
+    everyone = "SELECT count(*) FROM students"
+    boston = "SELECT count(*) FROM students WHERE home_city = 'Boston'"
+    question = "how many students are from 'Boston'?"
+    llm_server.script(everyone, boston)
+    answer = llm_pipeline.answer(question, PsycopgDatabase(conn))
+    assert answer.candidates == [everyone, boston]
+    assert answer.sql == boston and answer.outcome == "answered"
+    # when no candidate holds the value, the first with rows stands
+    llm_server.script(everyone, "SELECT count(*) FROM courses")
+    answer = llm_pipeline.answer(question, PsycopgDatabase(conn))
+    assert answer.sql == everyone and answer.outcome == "answered"
+
+
 def test_prose_around_the_sql_is_read(
     llm_pipeline: Pipeline, llm_server: ScriptedLLM, conn: psycopg.Connection[Any]
 ) -> None:
