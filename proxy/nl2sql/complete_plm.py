@@ -37,19 +37,21 @@ sketch does not say:
   predicates that need one (`between` two) in four passes, each over the predicates in order and
   taking the first fitting unused literal: (1) a value found among the predicate's own column's
   values (`Literal.column`; such a value goes to no other column), or a number the question puts
-  after a comparison ("older than 30", "at least 2") goes to a predicate of that direction (>, >=
-  or <, <=, or BETWEEN), (2) the kind a predicate prefers (a number for a numeric column; a string
-  for =, !=, LIKE, IN on a text column), (3) any literal for predicates that prefer neither (a
+  after a comparison ("older than 30", "at least 2") goes to a predicate of that direction (>, >= or
+  <, <=, or BETWEEN), (2) the kind a predicate prefers (a number for a numeric column; a string for
+  =, !=, LIKE, IN on a text column), (3) any literal for predicates that prefer neither (a
   comparison on a text or date column), (4) the other kind where it can be meant (a number for a
-  text column, a numeric-looking string for a numeric one). A number after a comparison is never
-  the value of =, !=, LIKE or IN. When a HAVING counts, the number words of the question ("more
-  than one") are left to it. BETWEEN puts two numbers in ascending order. LIKE becomes ILIKE (a
-  question that says "contains" means it regardless of case, as SQLite's LIKE does in Spider),
-  wrapped in `%...%` when the literal has no `%`. A number is written as a number for a numeric
-  column and as a string constant otherwise (PostgreSQL has no `text = integer`). The question's
-  words overrule the slot head's operator where they contradict it: a number after "less than" is
-  compared with <, even if the head said >, and a value a few words after "not" ("other than",
-  "except") with != instead of = (+1.1 points in execution on a fifth of Spider dev).
+  text column, a numeric-looking string for a numeric one). A number after a comparison ("more
+  than", "under age", "before") is never the value of !=, LIKE or IN, nor of = in a query with
+  HAVING (whose number it may be); an = takes it with the cue's operator. When a HAVING counts, the
+  number words of the question ("more than one") are left to it. BETWEEN puts two numbers in
+  ascending order. LIKE becomes ILIKE (a question that says "contains" means it regardless of case,
+  as SQLite's LIKE does in Spider), wrapped in `%...%` when the literal has no `%`. A number is
+  written as a number for a numeric column and as a string constant otherwise (PostgreSQL has no
+  `text = integer`). The question's words overrule the slot head's operator where they contradict
+  it: a number after "less than" is compared with <, even if the head said >, and a value a few
+  words after "not" ("other than", "except") with != instead of = (+1.1 points in execution on a
+  fifth of Spider dev).
 - A single numeric comparison (>, <, >=, <=) becomes BETWEEN when the question says "between
   5000 and 10000" or "1 to 2".
 - `col = value` where the question says "value or other" and `other` is a literal of the same
@@ -477,6 +479,12 @@ _CUES_BEFORE = (
         ),
         "<",
     ),
+    # "under age 30", "over age 20": the column's name between the cue and the number
+    (re.compile(r"\b(?:over|above)\s+(?:the\s+)?(?:age|aged)\s*$"), ">"),
+    (re.compile(r"\b(?:under|below)\s+(?:the\s+)?(?:age|aged)\s*$"), "<"),
+    # years: "founded before 2003", "after 2010"
+    (re.compile(r"\b(?:after|later than|since)\s*$"), ">"),
+    (re.compile(r"\b(?:before|earlier than|prior to)\s*$"), "<"),
 )
 _CUES_AFTER = (
     (re.compile(r"^\s*to\s+(?:\d|" + _WORD_ALTERNATIVES + r")"), "between"),
@@ -629,9 +637,12 @@ def _assign(
     pool: Sequence[Literal],
     question: str = "",
     reserved: Container[int] = frozenset(),
+    *,
+    cued_equality: bool = False,
 ) -> tuple[list[list[Literal]], list[bool]]:
     """The literals of each predicate (see the module's docstring), and which pool entries
-    were used; `reserved` pool entries are left alone."""
+    were used; `reserved` pool entries are left alone. `cued_equality`: an = predicate may take
+    a number after a comparison cue (its operator then follows the cue)."""
     used = [i in reserved for i in range(len(pool))]
     chosen: list[list[Literal]] = [[] for _ in predicates]
     cues = [
@@ -646,7 +657,8 @@ def _assign(
         column = schema.columns[predicate.column]
         kind = _preferred_kind(predicate, column)
         direction = _DIRECTIONS.get(predicate.operator)
-        if cue is not None and direction is None:
+        equality = cued_equality and predicate.operator == "="
+        if cue is not None and direction is None and not equality:
             return False  # "more than 3" is no value for =, LIKE or IN
         if literal.column is not None:
             return pass_ == 0 and literal.column == predicate.column
@@ -768,7 +780,14 @@ def _where_clause(query: _Query) -> str:
         reserved = {
             i for i, literal in enumerate(query.pool) if _spelt_out(query.question, literal)
         }
-    chosen, query.used = _assign(predicates, schema, query.pool, query.question, reserved)
+    chosen, query.used = _assign(
+        predicates,
+        schema,
+        query.pool,
+        query.question,
+        reserved,
+        cued_equality=not query.slots.having,  # with HAVING, "more than 3" may be its number
+    )
     outer = {j.table for j in query.joined}
     conditions: list[str] = []
     for predicate, values in zip(predicates, chosen, strict=True):
@@ -857,7 +876,7 @@ def _cued_operator(question: str, operator: str, literal: Literal) -> str:
             return operator  # "not older than 40": the words' direction is reversed
         cue = _operator_cue(question, span)
         comparisons = set(_DIRECTIONS) - {"between"}
-        if cue in comparisons and operator in comparisons:
+        if cue in comparisons and (operator in comparisons or operator == "="):
             return cue
         return operator
     if operator == "=" and _NEGATION.search(question[: span[0]]):

@@ -324,6 +324,24 @@ CASES = (
         having=("count(*)",),
     ),
     Case(
+        # the slot head said =; "before" says <
+        "Which concerts took place before 2014?",
+        ("concert.concert_name",),
+        ("concert",),
+        "SELECT concert_name FROM concert WHERE year < 2014",
+        keywords=("where",),
+        where=(("concert.year", "="),),
+    ),
+    Case(
+        # the slot head said >; "under age" says <
+        "Which countries have singers under age 30?",
+        ("singer.country",),
+        ("singer",),
+        'SELECT country FROM singer WHERE "Age" < 30',
+        keywords=("where",),
+        where=(("singer.Age", ">"),),
+    ),
+    Case(
         # the slot head said >; the question says between
         "Stadiums with a capacity between 5000 and 10000",
         ("stadium.name",),
