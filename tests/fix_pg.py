@@ -37,6 +37,25 @@ ROLES = {
 TEST_DB = "pgnl_test"
 
 
+# md5 of every table's rows in schema public: a write anywhere changes it.
+_CHECKSUM = """
+SELECT string_agg(t.relname || ':' || t.sum, ',' ORDER BY t.relname) FROM (
+    SELECT c.relname, (xpath('/row/s/text()', query_to_xml(
+        format('SELECT md5(coalesce(string_agg(x::text, '','' ORDER BY x::text), '''')) AS s
+                  FROM %I.%I AS x', n.nspname, c.relname), false, true, '')))[1]::text AS sum
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'public' AND c.relkind = 'r') AS t
+"""
+
+
+def table_checksum(dsn: str) -> str:
+    """A checksum of every row of every table of schema public in the database at `dsn`."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(_CHECKSUM).fetchone()
+        assert row is not None
+        return str(row[0])
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

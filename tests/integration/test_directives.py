@@ -38,7 +38,7 @@ from psycopg import sql
 from proxy.nl2sql.answer import AnswerError, TraceRow
 from proxy.rewrite import explain_sql, raise_sql, show_sql
 from tests.fix_llm import ScriptedLLM, Stall
-from tests.fix_pg import Postgres
+from tests.fix_pg import Postgres, table_checksum
 from tests.fix_proxy import RunningProxy, run_pgnl, start_proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("proxy_stays_healthy")]
@@ -79,15 +79,6 @@ INSERT INTO enrollments VALUES (1, 1, 91.5), (1, 2, 78.0), (2, 1, 88.0), (3, 3, 
 COUNT_STUDENTS = "how many students are there?"
 COUNT_COURSES = "how many courses are there?"
 
-# md5 of every table's rows: a write anywhere changes it.
-CHECKSUM = """
-SELECT string_agg(t.relname || ':' || t.sum, ',' ORDER BY t.relname) FROM (
-    SELECT c.relname, (xpath('/row/s/text()', query_to_xml(
-        format('SELECT md5(coalesce(string_agg(x::text, '','' ORDER BY x::text), '''')) AS s
-                  FROM %I.%I AS x', n.nspname, c.relname), false, true, '')))[1]::text AS sum
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-     WHERE n.nspname = 'public' AND c.relkind = 'r') AS t
-"""
 
 EXPLAIN_TYPES = [("stage", 25), ("candidate", 23), ("score", 701), ("calibration", 25)]
 EXPLAIN_TYPES += [("outcome", 25), ("ms", 701)]
@@ -119,10 +110,7 @@ def dsn(proxy: RunningProxy, university: str) -> str:
 
 
 def checksum(postgres: Postgres) -> str:
-    with postgres.connect(DB) as conn:
-        row = conn.execute(CHECKSUM).fetchone()
-        assert row is not None
-        return str(row[0])
+    return table_checksum(postgres.dsn(dbname=DB))
 
 
 def count(postgres: Postgres, table: str) -> int:
