@@ -330,7 +330,8 @@ _REQUESTS = frozenset({"show", "list", "give", "find", "return", "tell", "displa
 
 def _same_word(name: str, said: str) -> bool:
     """A word of a table's name and a word of the question: equal, a plural or singular of it,
-    or differing only after their first letters ("enrolment", "enrolled")."""
+    or the same in their first five letters or more with at most four letters after them
+    ("enrolment", "enrolled")."""
     if said in _REQUESTS:
         return False
     if name == said or said in (name + "s", name + "es") or name in (said + "s", said + "es"):
@@ -354,16 +355,24 @@ def names_table(question: str, table_words: str) -> bool:
     )
 
 
+def tables_named_in(question: str, schema: Schema) -> frozenset[int]:
+    """The tables whose names the question says (`names_table`)."""
+    return frozenset(
+        t for t, table in enumerate(schema.tables) if names_table(question, table.label)
+    )
+
+
 def named_tables(
     schema: Schema,
     select: frozenset[SelectItem],
     slots: Slots,
-    question: str,
+    said: frozenset[int],
     model_tables: frozenset[int],
 ) -> frozenset[int] | None:
     """The FROM a SELECT x KEYWORDS pair calls for itself: the tables of the columns its SELECT
     and slots name, plus those of `model_tables` (the sketch model's best FROM set) that the
-    question names; for a pair that counts rows, plus every table the question names (what is
+    question names (`said`: `tables_named_in`); for a pair that counts rows, plus every table
+    the question names (what is
     counted is a table no column names: "how many pets do students older than 20 own" counts
     pets of students). None when that leaves no table, or when a counting pair has a nested
     predicate (the table named may be the subquery's: "dogs that have not had a treatment").
@@ -384,6 +393,5 @@ def named_tables(
     if not columns and not counts:
         return None
     named = {schema.columns[column].table for column in columns}
-    pool = range(len(schema.tables)) if counts else model_tables
-    named.update(t for t in pool if names_table(question, schema.tables[t].label))
+    named.update(said if counts else said & model_tables)
     return frozenset(named) if named else None

@@ -41,6 +41,7 @@ from proxy.nl2sql.sketch import (
     named_tables,
     select_candidates,
     slots_for,
+    tables_named_in,
 )
 from proxy.runtime import (
     choose_providers,
@@ -217,13 +218,13 @@ def rank(
         pair_scores = logits + pair_scores if combine else logits
     ranked = sorted(range(len(pairs)), key=lambda i: -pair_scores[i])
     slots = {chosen: slots_for(scores, chosen) for chosen, _ in keywords}
+    said = tables_named_in(named[1], named[0]) if named is not None else frozenset()
     sketches: list[Sketch] = []
     for i in ranked:
         select, chosen = pairs[i][0][0], pairs[i][1][0]
         pair_froms = list(froms)
         if named is not None and froms:
-            schema, question = named
-            own = named_tables(schema, select, slots[chosen], question, froms[0][0])
+            own = named_tables(named[0], select, slots[chosen], said, froms[0][0])
             if own is not None:
                 pair_froms = [(own, froms[0][1]), *(f for f in froms if f[0] != own)]
         sketches.extend(

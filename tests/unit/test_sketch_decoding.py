@@ -40,6 +40,7 @@ from proxy.nl2sql.sketch import (
     names_table,
     select_candidates,
     slots_for,
+    tables_named_in,
     valid_keywords,
 )
 from proxy.nl2sql.sketcher import rank
@@ -440,10 +441,12 @@ def test_named_tables_are_the_tables_of_the_columns_named() -> None:
     ordered = Slots(order_by=(SelectItem("", NET_WORTH),))
     select = frozenset({SelectItem("", NAME)})
     question = "List the name of singers in ascending order of net worth."
+    said = tables_named_in(question, MUSIC)
+    assert said == frozenset({SINGER})
     model = frozenset({SINGER, SONG})
-    assert named_tables(MUSIC, select, ordered, question, model) == frozenset({SINGER})
+    assert named_tables(MUSIC, select, ordered, said, model) == frozenset({SINGER})
     where = Slots(where=(Predicate(YEAR, ">"),))
-    named = named_tables(MUSIC, select, where, question, frozenset({SINGER}))
+    named = named_tables(MUSIC, select, where, said, frozenset({SINGER}))
     assert named == frozenset({SINGER, CONCERT})
 
 
@@ -451,7 +454,8 @@ def test_named_tables_keep_the_model_tables_the_question_names() -> None:
     select = frozenset({SelectItem("", NAME)})
     asked = "What are the names of singers who have songs?"
     model = frozenset({SINGER, SONG, CONCERT})
-    assert named_tables(MUSIC, select, Slots(), asked, model) == frozenset({SINGER, SONG})
+    said = tables_named_in(asked, MUSIC)
+    assert named_tables(MUSIC, select, Slots(), said, model) == frozenset({SINGER, SONG})
 
 
 @pytest.mark.parametrize(
@@ -473,7 +477,7 @@ def test_named_tables_of_counting_and_columnless_pairs(
     select: frozenset[SelectItem], question: str, named: set[int] | None
 ) -> None:
     model = frozenset({SINGER, CONCERT})
-    found = named_tables(MUSIC, select, Slots(), question, model)
+    found = named_tables(MUSIC, select, Slots(), tables_named_in(question, MUSIC), model)
     assert found == (frozenset(named) if named is not None else None)
 
 
@@ -481,7 +485,10 @@ def test_named_tables_leave_a_counting_pair_with_a_subquery_to_the_model() -> No
     select = frozenset({SelectItem("count", STAR)})
     nested = Slots(where=(Predicate(0, "not in", nested=True),))
     question = "How many singers have no song?"
-    assert named_tables(MUSIC, select, nested, question, frozenset({SINGER})) is None
+    assert (
+        named_tables(MUSIC, select, nested, tables_named_in(question, MUSIC), frozenset({SINGER}))
+        is None
+    )
 
 
 def test_rank_tries_each_pairs_own_from_first() -> None:
