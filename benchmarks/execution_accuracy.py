@@ -60,7 +60,6 @@ import contextlib
 import json
 import os
 import re
-import select
 import signal
 import sqlite3
 import subprocess
@@ -72,7 +71,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 import numpy
 import psycopg
@@ -82,7 +81,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from benchmarks.completion_oracle import Executor, same_rows
-from benchmarks.proxy_overhead import free_port, workspace
+from benchmarks.proxy_overhead import free_port, read_line, workspace
 from benchmarks.spider_hardness import LEVELS, Hardness, hardness
 from benchmarks.spider_pg import (
     DEV_DATABASES,
@@ -453,20 +452,6 @@ class ProxyProcess:
         return [line for line in lines if "Traceback" in line or " ERROR " in line]
 
 
-def _read_line(stream: IO[bytes], timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    line = b""
-    while not line.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([stream], [], [], remaining)[0]:
-            break
-        chunk = os.read(stream.fileno(), 1)
-        if not chunk:
-            break
-        line += chunk
-    return line.decode(errors="replace").strip()
-
-
 def mode_environment(mode: str) -> dict[str, str]:
     """The proxy's environment for a mode: PLM-only forces no LLM."""
     env = dict(os.environ)
@@ -489,7 +474,7 @@ def start_proxy(mode: str, upstream: str, base: Path, log_name: str) -> ProxyPro
             start_new_session=True,  # Ctrl-C reaches this program, which then stops pgnl
         )
     assert process.stdout is not None
-    line = _read_line(process.stdout, STARTUP_TIMEOUT_S)
+    line = read_line(process.stdout, STARTUP_TIMEOUT_S)
     if not line.startswith("listening: "):
         process.kill()
         process.wait()

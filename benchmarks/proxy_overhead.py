@@ -241,7 +241,7 @@ def start_pgnl(base: Path, pg_port: int, stack: contextlib.ExitStack) -> Service
     service = Service("pgnl", process, 0, log)
     stack.callback(service.stop)
     assert process.stdout is not None
-    line = _read_line(process.stdout, STARTUP_TIMEOUT_S)
+    line = read_line(process.stdout, STARTUP_TIMEOUT_S)
     if not line.startswith("listening: "):
         raise BenchError(f"pgnl serve did not start ({line!r}); its log:\n{tail(log)}")
     service.port = int(line.rpartition(":")[2])
@@ -250,7 +250,7 @@ def start_pgnl(base: Path, pg_port: int, stack: contextlib.ExitStack) -> Service
     return service
 
 
-def _read_line(stream: IO[bytes], timeout: float) -> str:
+def read_line(stream: IO[bytes], timeout: float) -> str:
     """One line from a pipe, or what came before the timeout or the end of the stream."""
     deadline = time.monotonic() + timeout
     line = b""
