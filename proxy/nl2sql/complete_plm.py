@@ -90,9 +90,11 @@ sketch does not say:
   `> 1` (groups of more than one row, the usual reading of "shared by", "more than once"), any
   other aggregate raises ("no value"). With the keyword "nested" and no nested WHERE predicate,
   the first HAVING item is compared with its aggregate over the whole table.
-- ORDER BY: `slots.order_by` in order, DESC when the keywords say "desc". LIMIT: with "limit" in
-  the keywords or a `slots.limit`, the N of "top 3", "first five", "3 most", "the 3 youngest"
-  (`limit_in_question`), else `slots.limit`, else 1. That N is not used as a value.
+- ORDER BY: `slots.order_by` in order, DESC when the keywords say "desc", unless a LIMIT query's
+  superlatives agree on the other end ("the youngest": ASC on an age, DESC on a date).
+- LIMIT: with "limit" in the keywords or a `slots.limit`, the N of "top 3", "first five",
+  "3 most", "the 3 youngest" (`limit_in_question`), else `slots.limit`, else 1. That N is not
+  used as a value.
 - INTERSECT / UNION / EXCEPT: a sketch holds the left query only. When the left side took one
   value and another of the same kind (found in the same column) is left over, the right side
   is the same query with that value ("students with both cats and dogs": `... WHERE pettype =
@@ -998,10 +1000,51 @@ def _number(literal: Literal) -> int | float:
     return value
 
 
+# Superlatives that say which end of an ordering a "top N" question wants. On a date or year
+# "oldest" is the earliest (ASC) and "youngest" the latest; "first" and "last" are left out
+# ("first name"), as is "most" next to "least" (the cues must agree).
+_DESCENDING = frozenset(
+    {"most", "highest", "largest", "greatest", "maximum", "max", "biggest", "longest", "tallest"}
+    | {"latest", "newest", "heaviest", "busiest", "top"}
+)
+_ASCENDING = frozenset(
+    {"least", "lowest", "smallest", "fewest", "minimum", "min", "shortest", "cheapest"}
+    | {"earliest", "lightest"}
+)
+_DATE_LIKE = re.compile(r"date|year|time|day|founded|built|opened|birth", re.IGNORECASE)
+
+
+def _spoken_direction(query: _Query, item: SelectItem) -> str | None:
+    """ " DESC" or "" when the question's superlatives say how a LIMIT query orders `item`
+    ("the oldest dog": age DESC; "the oldest building": built_year ASC); None without a cue or
+    with cues that disagree."""
+    if query.limit is None or not query.question:
+        return None
+    column = query.schema.columns[item.column] if item.column != STAR else None
+    dated = (
+        column is not None
+        and not item.aggregate
+        and bool(_DATE_LIKE.search(f"{column.name} {column.type}"))
+    )
+    found: set[str] = set()
+    for word in re.findall(r"[a-z]+", query.question.lower()):
+        if word in _DESCENDING:
+            found.add(" DESC")
+        elif word in _ASCENDING:
+            found.add("")
+        elif word == "oldest":
+            found.add("" if dated else " DESC")
+        elif word == "youngest":
+            found.add(" DESC" if dated else "")
+    return found.pop() if len(found) == 1 else None
+
+
 def _order_clause(query: _Query) -> str:
     if not query.slots.order_by:
         return ""
-    direction = " DESC" if "desc" in query.sketch.keywords else ""
+    default = " DESC" if "desc" in query.sketch.keywords else ""
+    spoken = _spoken_direction(query, query.slots.order_by[0])
+    direction = default if spoken is None else spoken
     return "ORDER BY " + ", ".join(query.writer.item(i) + direction for i in query.slots.order_by)
 
 

@@ -230,6 +230,36 @@ CASES = (
         limit=1,
     ),
     Case(
+        "What is the name of the youngest singer?",
+        ("singer.name",),
+        ("singer",),
+        # the sketch said DESC; "youngest" on an age is the smallest
+        'SELECT name FROM singer ORDER BY "Age" LIMIT 1',
+        keywords=("order by", "desc", "limit"),
+        order_by=("singer.Age",),
+        limit=1,
+    ),
+    Case(
+        "Which is the oldest concert?",
+        ("concert.concert_name",),
+        ("concert",),
+        # on a year "oldest" is the earliest
+        "SELECT concert_name FROM concert ORDER BY year LIMIT 1",
+        keywords=("order by", "desc", "limit"),
+        order_by=("concert.year",),
+        limit=1,
+    ),
+    Case(
+        "Which of the largest stadiums had the fewest concerts?",
+        ("stadium.name",),
+        ("stadium",),
+        # the superlatives disagree: the sketch's direction stands
+        "SELECT name FROM stadium ORDER BY capacity DESC LIMIT 1",
+        keywords=("order by", "desc", "limit"),
+        order_by=("stadium.capacity",),
+        limit=1,
+    ),
+    Case(
         "List the top five stadiums by capacity.",
         ("stadium.name",),
         ("stadium",),
