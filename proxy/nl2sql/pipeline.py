@@ -43,6 +43,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from pglast import ast, parse_sql
+from pglast.enums import A_Expr_Kind, BoolExprType
+from pglast.parser import ParseError
+
 from proxy.config import Settings
 from proxy.nl2sql.answer import Answer, AnswerError, TraceRow
 from proxy.nl2sql.calibrate import Calibration, DatabaseCatalog, best_match, calibrate
@@ -200,6 +204,50 @@ def _tables_named_by(sketch: Sketch, schema: Schema) -> frozenset[int]:
     )
 
 
+def echoes_its_value(sql: str) -> bool:
+    """Whether the query shows one plain column that its WHERE sets equal to a constant
+    (`SELECT abbreviation FROM airlines WHERE abbreviation = 'UAL'`): every row it returns is
+    the question's own value, so it answers nothing the question did not say."""
+    try:
+        statements = parse_sql(sql)
+    except ParseError:
+        return False
+    if len(statements) != 1:
+        return False
+    select = statements[0].stmt
+    if not isinstance(select, ast.SelectStmt) or select.larg is not None:
+        return False
+    targets = select.targetList or ()
+    if len(targets) != 1 or not isinstance(targets[0].val, ast.ColumnRef):
+        return False
+    shown = targets[0].val.fields
+    where = select.whereClause
+    conjuncts = (
+        where.args or ()
+        if isinstance(where, ast.BoolExpr) and where.boolop == BoolExprType.AND_EXPR
+        else (where,)
+    )
+    return any(
+        isinstance(c, ast.A_Expr)
+        and c.kind == A_Expr_Kind.AEXPR_OP
+        and tuple(n.sval for n in c.name or ()) == ("=",)
+        and isinstance(c.lexpr, ast.ColumnRef)
+        and _same_column(c.lexpr.fields, shown)
+        and isinstance(c.rexpr, ast.A_Const)
+        for c in conjuncts
+    )
+
+
+def _same_column(a: tuple[Any, ...] | None, b: tuple[Any, ...] | None) -> bool:
+    """Whether two column references name one column: the same name, and the same table where
+    both say one (a bare name stands for the only table that has it)."""
+    a_names = [getattr(f, "sval", None) for f in a or ()]
+    b_names = [getattr(f, "sval", None) for f in b or ()]
+    if not a_names or not b_names or a_names[-1] != b_names[-1] or a_names[-1] is None:
+        return False
+    return len(a_names) == 1 or len(b_names) == 1 or a_names[:-1] == b_names[:-1]
+
+
 def without_left_tables(moved: Sketch, before: Sketch, schema: Schema, question: str) -> Sketch:
     """`moved` (the sketch after the values stage moved predicates) without the FROM tables
     that only a moved predicate's old column had named, unless the question names them:
@@ -344,7 +392,8 @@ class _Run:
                 return
             step.outcome = f"{len(sketches)} sketches"
         fallback: _Candidate | None = None
-        partial: _Candidate | None = None  # answered, but leaves out a value the question gave
+        # answered, but leaves out a value the question gave, or only shows the value it asks by
+        partial: _Candidate | None = None
         tried: set[str] = set()
         for number, sketch in enumerate(sketches[: self.settings.max_candidates], start=1):
             candidate = _Candidate(number, sketch)
@@ -355,7 +404,7 @@ class _Run:
                 continue
             self._calibrate(candidate)
             if _has_values(candidate.rows):
-                if self._uses_every_literal(candidate):
+                if self._uses_every_literal(candidate) and not echoes_its_value(candidate.sql):
                     self._choose(candidate, "answered")
                     return
                 partial = partial or candidate

@@ -170,6 +170,8 @@ def test_a_quoted_string_moves_a_predicate_off_a_number_column(flights: str) -> 
     assert values and "flights.airline -> airlines.abbreviation" in values[0].calibration
     assert answer.sql is not None and "abbreviation = 'UAL'" in answer.sql, answer.trace
     assert answer.rows == rows_of(flights, answer.sql) and answer.rows
+    # a candidate that only shows 'UAL' back gives way to one that says which airline it is
+    assert answer.rows == [("United Airlines",)], answer.candidates
 
 
 def test_schema_is_cached_until_ddl_changes_it(

@@ -7,14 +7,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.nl2sql.pipeline import without_left_tables
 from proxy.nl2sql.schema import Column, Schema, Table
 from proxy.nl2sql.sketch import (
     AGGREGATES,
@@ -32,7 +30,6 @@ from proxy.nl2sql.sketch import (
     FloatArray,
     Predicate,
     SelectItem,
-    Sketch,
     SketchScores,
     Slots,
     from_candidates,
@@ -492,30 +489,6 @@ def test_named_tables_leave_a_counting_pair_with_a_subquery_to_the_model() -> No
         named_tables(MUSIC, select, nested, tables_named_in(question, MUSIC), frozenset({SINGER}))
         is None
     )
-
-
-@pytest.mark.parametrize(
-    ("question", "tables"),
-    [
-        # the predicate moved off song.title: song is joined no more (it would count songs)
-        ("How many concerts were held in 2010?", {CONCERT}),
-        # ... unless the question names it
-        ("How many songs were sung at concerts in 2010?", {SONG, CONCERT}),
-    ],
-)
-def test_a_moved_predicate_takes_its_old_table_along(question: str, tables: set[int]) -> None:
-    count = frozenset({SelectItem("count", STAR)})
-    before = Sketch(
-        count,
-        frozenset({SONG, CONCERT}),
-        frozenset({"where"}),
-        Slots(where=(Predicate(TITLE, "="),)),
-    )
-    moved = replace(before, slots=Slots(where=(Predicate(YEAR, "="),)))
-    assert without_left_tables(moved, before, MUSIC, question).tables == frozenset(tables)
-    # a FROM that would be left empty stays as it was
-    alone = replace(moved, tables=frozenset({SONG}))
-    assert without_left_tables(alone, before, MUSIC, question) == alone
 
 
 def test_rank_tries_each_pairs_own_from_first() -> None:

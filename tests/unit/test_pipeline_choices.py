@@ -1,0 +1,79 @@
+"""The pipeline's choices that need no database: which answered candidate only echoes the
+question's value, and which FROM table a moved predicate leaves behind."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from proxy.nl2sql.pipeline import echoes_its_value, without_left_tables
+from proxy.nl2sql.schema import Column, Schema, Table
+from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
+
+
+@pytest.mark.parametrize(
+    ("sql", "echoes"),
+    [
+        ("SELECT abbreviation FROM airlines WHERE abbreviation = 'UAL'", True),
+        ("SELECT title FROM cartoon WHERE cartoon.title = 'Dog' AND id > 3", True),
+        (
+            "SELECT t1.abbreviation FROM airlines AS t1 JOIN flights AS t2"
+            " ON t1.uid = t2.airline WHERE t1.abbreviation = 'UAL'",
+            True,
+        ),
+        # shows something the question did not say
+        ("SELECT airline FROM airlines WHERE abbreviation = 'UAL'", False),
+        ("SELECT t3.name FROM museum AS t1 JOIN visitor AS t3 ON true WHERE t1.name = 'x'", False),
+        ("SELECT name, age FROM singer WHERE name = 'x'", False),
+        ("SELECT count(*) FROM singer WHERE name = 'x'", False),
+        ("SELECT name FROM singer WHERE name = 'x' OR age > 3", False),
+        ("SELECT name FROM singer WHERE name <> 'x'", False),
+        ("SELECT name FROM singer", False),
+        ("SELECT name FROM a WHERE name = 'x' UNION SELECT name FROM b WHERE name = 'y'", False),
+        ("not sql at all", False),
+    ],
+)
+def test_echoes_its_value(sql: str, echoes: bool) -> None:
+    assert echoes_its_value(sql) is echoes
+
+
+MUSIC = Schema(
+    "music",
+    (Table("singer"), Table("song"), Table("concert")),
+    (
+        Column(0, "singer_id", "number"),
+        Column(0, "name"),
+        Column(1, "song_id", "number"),
+        Column(1, "singer_id", "number"),
+        Column(1, "title"),
+        Column(2, "concert_id", "number"),
+        Column(2, "year", "number"),
+    ),
+)
+TITLE, YEAR = 4, 6
+SINGER, SONG, CONCERT = 0, 1, 2
+
+
+@pytest.mark.parametrize(
+    ("question", "tables"),
+    [
+        # the predicate moved off song.title: song is joined no more (it would count songs)
+        ("How many concerts were held in 2010?", {CONCERT}),
+        # ... unless the question names it
+        ("How many songs were sung at concerts in 2010?", {SONG, CONCERT}),
+    ],
+)
+def test_a_moved_predicate_takes_its_old_table_along(question: str, tables: set[int]) -> None:
+    count = frozenset({SelectItem("count", STAR)})
+    before = Sketch(
+        count,
+        frozenset({SONG, CONCERT}),
+        frozenset({"where"}),
+        Slots(where=(Predicate(TITLE, "="),)),
+    )
+    moved = replace(before, slots=Slots(where=(Predicate(YEAR, "="),)))
+    assert without_left_tables(moved, before, MUSIC, question).tables == frozenset(tables)
+    # a FROM that would be left empty stays as it was
+    alone = replace(moved, tables=frozenset({SONG}))
+    assert without_left_tables(alone, before, MUSIC, question) == alone
