@@ -20,10 +20,12 @@ ZeroNL2SQL's Algorithm 2 as a declared sequence of stages (`STAGES`), each timed
     execute    the calibrated SQL run
 
 Candidates are tried best sketch first ([pipeline] max_candidates of them, duplicates skipped).
-The first whose result is non-empty and not all NULL, and whose SQL holds every value the
-question typed (quoted strings, numbers), is chosen ("answered"), else the first with such a
-result; when none is, the first that ran ("fallback", with a NOTICE saying so); when none ran,
-an `AnswerError` (SQLSTATE NL001) that shows the last SQL tried.
+The first whose result is non-empty and not all NULL, whose SQL holds every value the question
+typed (quoted strings, numbers) and shows more than the value its WHERE sets, is chosen
+("answered"), else the first with such a result; else, PLM-only, the sketches that failed for
+want of a WHERE value are tried again without WHERE (answered, with a NOTICE); else the first
+that ran ("fallback", with a NOTICE saying so); when none ran, an `AnswerError` (SQLSTATE
+NL001) that shows the last SQL tried.
 
 Every query goes through the `Database` the caller gives, as its role, with [pipeline]
 statement_timeout_s each: the caller runs them in a read-only transaction (the proxy opens one
@@ -188,6 +190,7 @@ class _Candidate:
     sql: str = ""
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     conversation: list[Message] = field(default_factory=list)
+    unfilled: bool = False  # PLM-only completion found no value for a WHERE predicate
 
 
 def _tables_named_by(sketch: Sketch, schema: Schema) -> frozenset[int]:
@@ -201,6 +204,16 @@ def _tables_named_by(sketch: Sketch, schema: Schema) -> frozenset[int]:
             *slots.group_by,
         )
         if column != STAR
+    )
+
+
+def _without_where(sketch: Sketch) -> Sketch:
+    """The sketch with no WHERE predicates (and not "nested" where a WHERE predicate was)."""
+    gone = {"where", "nested"} if any(p.nested for p in sketch.slots.where) else {"where"}
+    return replace(
+        sketch,
+        keywords=sketch.keywords - gone,
+        slots=replace(sketch.slots, where=(), where_or=False),
     )
 
 
@@ -395,9 +408,12 @@ class _Run:
         # answered, but leaves out a value the question gave, or only shows the value it asks by
         partial: _Candidate | None = None
         tried: set[str] = set()
+        unfilled: list[_Candidate] = []
         for number, sketch in enumerate(sketches[: self.settings.max_candidates], start=1):
             candidate = _Candidate(number, sketch)
             if not self._complete(candidate) or candidate.sql in tried:
+                if candidate.unfilled:
+                    unfilled.append(candidate)
                 continue
             tried.add(candidate.sql)
             if not self._check(candidate):
@@ -413,6 +429,24 @@ class _Run:
         if partial is not None:
             self._choose(partial, "answered")
             return
+        for candidate in unfilled:
+            # No candidate answered, and these had a WHERE condition the question gave no
+            # value for ("Show all the grades of the high schoolers" under a sketch that filters
+            # them): without their conditions, the first that answers is chosen, with a NOTICE.
+            relaxed = _Candidate(candidate.number, _without_where(candidate.sketch))
+            if not self._complete(relaxed) or relaxed.sql in tried:
+                continue
+            tried.add(relaxed.sql)
+            if not self._check(relaxed):
+                continue
+            self._calibrate(relaxed)
+            if _has_values(relaxed.rows):
+                self._choose(relaxed, "answered")
+                self.notice(
+                    "pgnl: the question names no value for a condition its sketch asked for "
+                    f"({candidate.sketch.keywords_text()}); the condition is left out"
+                )
+                return
         if fallback is not None:
             self._choose(fallback, "fallback")
             self.notice(
@@ -481,6 +515,7 @@ class _Run:
                 narrower = self._named_tables(candidate.sketch)
                 if exc.reason != "tables not connected" or narrower is None:
                     step.outcome = f"no SQL: {exc.reason}"
+                    candidate.unfilled = exc.reason == "no value" and "HAVING" not in str(exc)
                     return False
                 # A FROM table no column names, that no key joins to the others: leave it out.
                 try:

@@ -146,6 +146,21 @@ def test_two_values_joined_by_or_are_both_asked_for(
     assert answer.rows == rows_of(university, answer.sql) and answer.rows
 
 
+def test_a_condition_with_no_value_is_left_out_with_a_notice(
+    university: str, conn: psycopg.Connection[Any]
+) -> None:
+    # every sketch tried asks for a WHERE value the question does not name
+    answer = load_pipeline(settings()).answer(
+        "What is the budget of the departments with instructors?", PsycopgDatabase(conn)
+    )
+    unfilled = [row for row in answer.trace if row.outcome == "no SQL: no value"]
+    assert unfilled, answer.trace
+    assert answer.outcome == "answered" and answer.sql is not None
+    assert "WHERE" not in answer.sql and "budget" in answer.sql
+    assert any("the condition is left out" in notice for notice in answer.notices)
+    assert answer.rows == rows_of(university, answer.sql) and answer.rows
+
+
 @pytest.fixture(scope="module")
 def flights(postgres: Postgres) -> Iterator[str]:
     """Spider's flight_2, whose flights.airline is a number that keys airlines."""
