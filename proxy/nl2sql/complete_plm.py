@@ -18,9 +18,10 @@ sketch does not say:
   key (same direction, other primary-key columns referenced); two keys that reference the same
   column are two roles (`flights.source`, `flights.dest` -> `airports.code`): only the first is
   used. Where no declared key joins two tables, an *implicit* key may (`implicit_keys`): a
-  column of the same name as a primary key of another table (not a bare `id`), or named after
-  that table (`flights.airline` -> `airlines`' single-column key), of the same kind (numeric or
-  not). Implicit edges cost 100 declared ones, so they only connect what the keys leave apart.
+  column of the same name as a primary key of another table (not a bare `id`), named after
+  that table (`flights.airline` -> `airlines`, `building_id` -> `buildings`), or a role before
+  its key's name (`src_apid` -> `apid`), of the same kind (numeric or not). Implicit edges cost
+  100 declared ones, so they only connect what the keys leave apart.
   Tables still apart raise `CompletionError` ("tables not connected"): a CROSS JOIN returns
   rows that look like an answer and are not one.
 - Aliases: with one table, none (columns unqualified); with several, `t1, t2, ...` in FROM order.
@@ -335,33 +336,141 @@ def _declared_links(schema: Schema) -> dict[tuple[int, int], _Link]:
     return links
 
 
+def _singular(word: str) -> str:
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("ses", "xes", "ches", "shes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+# Words too common to say which table a column points to ("charge_type" is not a key of
+# "treatment_types"; "block_code" is not one of "procedures" because their key is "code").
+_GENERIC_WORDS = frozenset({"code", "name", "type", "date", "year", "time", "number", "status"})
+
+
+def _column_words(column: Column) -> list[str]:
+    """A column's name as words, without a trailing role number (`club_id_2`)."""
+    words = words_of(column.name).split()
+    while words and words[-1].isdigit():
+        words.pop()
+    return words
+
+
 def implicit_keys(schema: Schema) -> list[ForeignKey]:
-    """Columns that look like undeclared foreign keys to a primary-key column of another table,
-    of the same kind (numeric or not): a column of the same name (not a bare `id`, which every
-    table may have), or a column named after the table (`flights.airline` -> the single-column
-    primary key of `airlines`). Only between tables that no declared key joins."""
+    """Columns that look like undeclared foreign keys, of the same kind (numeric or not) as the
+    column they point to, only between tables that no declared key joins; the first found for
+    a pair of tables wins, in this order:
+
+    1. the same name as a primary-key column of another table (not a bare `id`);
+    2. named after another table, its single-column key the target (`flights.airline` ->
+       `airlines`);
+    3. named after another table, whole or by its last word, with or without `_id`
+       (`building_id` -> `buildings`, `maker` -> `car_makers`) or a name that ends with a
+       table's (`destairport` -> `airports`): the column of the same name and kind there, else
+       its single-column key;
+    4. a role before another table's key name (`src_apid` -> `apid`, `driver_employee_id` ->
+       `employee_id`; not for a bare `id` or a generic word like `code`).
+
+    Measured on Spider's 166 schemas (tables.json) with their declared keys hidden, as table
+    pairs: rules 1-2 found 553 of the 742 declared pairs (156 others); rules 1-4 find 645
+    (184 others, most of them relations Spider does not declare: `batting.team_id` ->
+    `team`)."""
     joined = {
         frozenset((schema.columns[k.column].table, schema.columns[k.referenced].table))
         for k in schema.foreign_keys
     }
     found: list[ForeignKey] = []
-    for table, indexes in enumerate(schema.table_columns):
-        primary = [i for i in indexes if schema.columns[i].primary_key]
+
+    def add(column: int, referenced: int) -> None:
+        pair = frozenset((schema.columns[column].table, schema.columns[referenced].table))
+        if pair not in joined and _numeric(schema.columns[column]) == _numeric(
+            schema.columns[referenced]
+        ):
+            found.append(ForeignKey(column=column, referenced=referenced))
+
+    # 1 and 2
+    primaries = [
+        [i for i in indexes if schema.columns[i].primary_key] for indexes in schema.table_columns
+    ]
+    for table, primary in enumerate(primaries):
         names = {words_of(schema.tables[table].name).replace(" ", "_")}
         names |= {name[:-1] for name in names if name.endswith("s")}
         for key in primary:
             target = schema.columns[key]
             for index, column in enumerate(schema.columns):
-                if column.table == table or frozenset((column.table, table)) in joined:
-                    continue
-                if _numeric(column) != _numeric(target):
+                if column.table == table:
                     continue
                 name = column.name.lower()
                 same = name == target.name.lower() and name != "id"
                 named_after = len(primary) == 1 and words_of(column.name).replace(" ", "_") in names
                 if same or named_after:
-                    found.append(ForeignKey(column=index, referenced=key))
-    return sorted(found, key=lambda k: (k.column, k.referenced))
+                    add(index, key)
+    joined |= {
+        frozenset((schema.columns[k.column].table, schema.columns[k.referenced].table))
+        for k in found
+    }
+    first = len(found)
+    # 3
+    whole: dict[str, list[int]] = {}
+    last: dict[str, list[int]] = {}
+    for table, entry in enumerate(schema.tables):
+        words = words_of(entry.name).split()
+        whole.setdefault(_singular("".join(words)), []).append(table)
+        if len(words) > 1:
+            last.setdefault(_singular(words[-1]), []).append(table)
+    for index, column in enumerate(schema.columns):
+        words = _column_words(column)
+        base = "".join(words[:-1] if len(words) > 1 and words[-1] == "id" else words)
+        if not base:
+            continue
+        tables = whole.get(base, []) or ([] if base in _GENERIC_WORDS else last.get(base, []))
+        if not tables:
+            tables = [
+                t
+                for stem, ts in whole.items()
+                if len(stem) >= 5 and base.endswith(stem) and base != stem
+                for t in ts
+            ]
+        tables = [t for t in tables if t != column.table]
+        if not tables or frozenset((column.table, tables[0])) in joined:
+            continue
+        indexes = schema.table_columns[tables[0]]
+        namesakes = [
+            i
+            for i in indexes
+            if schema.columns[i].name.lower() == column.name.lower()
+            and _numeric(schema.columns[i]) == _numeric(column)
+        ]
+        primary = primaries[tables[0]]
+        pointed = namesakes[0] if namesakes else (primary[0] if len(primary) == 1 else None)
+        if pointed is not None:
+            add(index, pointed)
+            joined.add(frozenset((column.table, tables[0])))
+    # 4
+    for table, primary in enumerate(primaries):
+        if len(primary) != 1:
+            continue
+        key_words = _column_words(schema.columns[primary[0]])
+        if key_words == ["id"] or (
+            len(key_words) == 1 and (len(key_words[0]) < 4 or key_words[0] in _GENERIC_WORDS)
+        ):
+            continue
+        for index, column in enumerate(schema.columns):
+            if column.table == table or frozenset((column.table, table)) in joined:
+                continue
+            words = _column_words(column)
+            if len(words) > len(key_words) and words[-len(key_words) :] == key_words:
+                before = len(found)
+                add(index, primary[0])
+                if len(found) > before:
+                    joined.add(frozenset((column.table, table)))
+    return [
+        *sorted(found[:first], key=lambda k: (k.column, k.referenced)),
+        *sorted(found[first:], key=lambda k: (k.column, k.referenced)),
+    ]
 
 
 def _implicit_links(schema: Schema, declared: dict[tuple[int, int], _Link]) -> list[_Link]:

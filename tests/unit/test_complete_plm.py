@@ -18,6 +18,7 @@ from proxy.nl2sql.complete_plm import (
     CompletionError,
     Literal,
     complete,
+    implicit_keys,
     limit_in_question,
     question_literals,
     quote_identifier,
@@ -715,3 +716,47 @@ def test_every_dev_gold_sketch_completes(dev: list[tuple[Schema, dict[str, str]]
         _assert_one_select(sql)
     assert completed >= 1000
     assert lacking < completed / 4
+
+
+@pytest.mark.parametrize(
+    ("db_id", "column", "referenced"),
+    [
+        ("flight_2", "flights.SourceAirport", "airports.AirportCode"),  # ends with a table's name
+        ("car_1", "model_list.Maker", "car_makers.Id"),  # a table's last word
+        ("flight_4", "routes.dst_apid", "airports.apid"),  # a role before the key's name
+        ("company_office", "Office_locations.building_id", "buildings.id"),  # X_id -> Xs.id
+        ("customer_deliveries", "Order_Deliveries.driver_employee_id", "Employees.employee_id"),
+    ],
+)
+def test_implicit_keys_find_undeclared_foreign_keys(
+    db_id: str, column: str, referenced: str
+) -> None:
+    """With tables.json's declared keys hidden, the implicit keys find these."""
+    if not (SPIDER / "tables.json").is_file():
+        pytest.skip(f"Spider is not at {SPIDER}")
+    schema = load_spider_schemas(SPIDER / "tables.json")[db_id]
+    bare = Schema(name=schema.name, tables=schema.tables, columns=schema.columns)
+    found = {(bare.qualified(k.column), bare.qualified(k.referenced)) for k in implicit_keys(bare)}
+    assert (_qualified(bare, column), _qualified(bare, referenced)) in found
+
+
+def test_implicit_keys_leave_generic_words_alone() -> None:
+    """`charge_type` says nothing of which table it points to (not `Treatment_Types`), nor
+    does `BlockCode` point to every table whose key is `Code`."""
+    if not (SPIDER / "tables.json").is_file():
+        pytest.skip(f"Spider is not at {SPIDER}")
+    schemas = load_spider_schemas(SPIDER / "tables.json")
+    for db_id, name in (("dog_kennels", "Charges.charge_type"), ("hospital_1", "Room.BlockCode")):
+        schema = schemas[db_id]
+        bare = Schema(name=schema.name, tables=schema.tables, columns=schema.columns)
+        column = _column_of(bare, name)
+        assert not [k for k in implicit_keys(bare) if k.column == column], db_id
+
+
+def _column_of(schema: Schema, qualified: str) -> int:
+    table, name = qualified.split(".", 1)
+    return schema.column_index(schema.table_index(table), name)
+
+
+def _qualified(schema: Schema, qualified: str) -> str:
+    return schema.qualified(_column_of(schema, qualified))
