@@ -729,6 +729,7 @@ class Run:
     gold: Gold
     views: dict[int, SketchView] = field(default_factory=dict)
     judged: list[Item] = field(default_factory=list)
+    blank_gold: set[int] = field(default_factory=set)  # numbers of items; see `blank_result`
     seconds: float = 0.0
     warmup: bool = True
     timeout_s: float = 30.0
@@ -766,6 +767,8 @@ async def ask_all(run: Run, sketches: Sketches | None, upstream: str, base: Path
         if gold is None:
             continue
         run.judged.append(item)
+        if blank_result(gold):
+            run.blank_gold.add(item.number)
         view = sketches.view(item) if sketches is not None else None
         if view is not None:
             run.views[item.number] = view
@@ -799,6 +802,13 @@ async def ask_all(run: Run, sketches: Sketches | None, upstream: str, base: Path
 
 
 # ---------------------------------------------------------------- the report
+
+
+def blank_result(rows: Rows) -> bool:
+    """A result that says nothing: no rows, or only 0 and NULL. A wrong query returns one
+    easily (a join whose keys do not match in the data counts 0), so the report shows how many
+    of the right answers are of this kind."""
+    return all(value in (0, None) for row in rows for value in row)
 
 
 def _pct(part: int, whole: int) -> str:
@@ -847,6 +857,15 @@ def report(run: Run) -> str:
     ]
     lines.append(
         "| all, in the gold's column order | " + f"{len(judged)} | " + " | ".join(same_order) + " |"
+    )
+    blank = [i for i in judged if i.number in run.blank_gold]
+    lines.append(
+        "| all, gold result empty or only 0/NULL | "
+        + f"{len(blank)} | "
+        + " | ".join(
+            _pct(sum(m.results[i.number].match for i in blank), len(blank)) for m in run.modes
+        )
+        + " |"
     )
     lines.append("")
 

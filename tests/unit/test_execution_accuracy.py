@@ -15,6 +15,7 @@ from benchmarks.execution_accuracy import (
     NO_CANDIDATE_RAN,
     TIMEOUT,
     SketchView,
+    blank_result,
     chosen_candidate,
     compare,
     gold_orders,
@@ -219,3 +220,18 @@ def test_every_category_is_charged_to_a_stage() -> None:
     assert stage_of(ANSWERED_EMPTY) == stage_of(ANSWERED_SET_OPERATION)
     assert stage_of(NO_CANDIDATE_RAN) == stage_of(TIMEOUT) == "no answer (error or timeout)"
     assert stage_of("gold outside the sketch grammar (OFFSET)") == "not attributable"
+
+
+@pytest.mark.parametrize(
+    ("rows", "blank"),
+    [
+        ([], True),
+        ([(0,)], True),
+        ([(None, 0), (0, None)], True),
+        ([(0,), (1,)], False),
+        ([("",)], False),
+        ([("Boston",)], False),
+    ],
+)
+def test_blank_result(rows: list[tuple[object, ...]], blank: bool) -> None:
+    assert blank_result(rows) is blank
