@@ -273,6 +273,10 @@ _NUMERIC_TYPE = re.compile(
 )
 
 
+_TEXT_TYPE = re.compile(r"\s*(?:text|varchar|character varying|char|character|bpchar)\b", re.I)
+_NUMBER_PATTERN = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
+
+
 def _numeric(column: Column) -> bool:
     return bool(_NUMERIC_TYPE.match(column.type.strip()))
 
@@ -691,6 +695,13 @@ class _Writer:
         name = self.column(item.column)
         if not item.aggregate:
             return name
+        if item.aggregate in ("avg", "sum") and _TEXT_TYPE.match(
+            self.schema.columns[item.column].type
+        ):
+            # numbers kept as text: the ones that read as numbers, cast (the rest are NULL)
+            name = (
+                f"CASE WHEN {name} ~ {_string_constant(_NUMBER_PATTERN)} THEN {name}::numeric END"
+            )
         return f"{item.aggregate}(DISTINCT {name})" if distinct else f"{item.aggregate}({name})"
 
     def from_clause(self, joined: Sequence[JoinStep]) -> str:

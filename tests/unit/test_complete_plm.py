@@ -68,6 +68,7 @@ _TABLES: dict[tuple[str, str], tuple[tuple[str, str, bool], ...]] = {
         ("record_id", "integer", True),
         ("singer_id", "integer", False),
         ("label", "text", False),
+        ("copies", "varchar(20)", False),  # numbers kept as text
     ),
 }
 
@@ -529,6 +530,14 @@ CASES = (
         keywords=("where",),
         where=(("concert.year", "="), ("concert.theme", "=")),
         literals=(Literal("2014", "string"), Literal(2014, "number")),
+    ),
+    Case(
+        "What is the average number of copies of a record? (numbers kept as text)",
+        ("avg(record.copies)",),
+        ("record",),
+        "SELECT avg(CASE WHEN copies"
+        " ~ '^\\s*[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?\\s*$'"
+        " THEN copies::numeric END) FROM record",
     ),
 )
 
