@@ -328,37 +328,54 @@ _REQUESTS = frozenset({"show", "list", "give", "find", "return", "tell", "displa
 """Verbs that ask for rows: a question word among them names no table, even a table so named."""
 
 
-def _same_word(name: str, said: str) -> bool:
-    """A word of a table's name and a word of the question: equal, a plural or singular of it,
-    or the same in their first five letters or more with at most four letters after them
-    ("enrolment", "enrolled")."""
+def _word_match(name: str, said: str) -> int:
+    """How closely a word of a table's name matches a word of the question: 2 equal, or a
+    plural or singular of it; 1 the same in their first five letters or more with at most four
+    letters after them ("enrolment", "enrolled"); 0 not at all."""
     if said in _REQUESTS:
-        return False
+        return 0
     if name == said or said in (name + "s", name + "es") or name in (said + "s", said + "es"):
-        return True
+        return 2
     common = next(
         (i for i, (a, b) in enumerate(zip(name, said, strict=False)) if a != b),
         min(len(name), len(said)),
     )
-    return common >= 5 and common >= max(len(name), len(said)) - 4
+    return 1 if common >= 5 and common >= max(len(name), len(said)) - 4 else 0
+
+
+def _name_matches(said: list[str], table_words: str) -> dict[tuple[int, int], int]:
+    """Where in the question's words a table's name is said: (start, number of words) -> how
+    closely (the weakest of its words' `_word_match`)."""
+    words = table_words.lower().split()
+    found: dict[tuple[int, int], int] = {}
+    for i in range(len(said) - len(words) + 1 if words else 0):
+        span = zip(words, said[i : i + len(words)], strict=True)
+        closeness = min(_word_match(w, s) for w, s in span)
+        if closeness:
+            found[i, len(words)] = closeness
+    return found
 
 
 def names_table(question: str, table_words: str) -> bool:
     """Whether the question says a table's name (`Table.label`), its words in order ("poker
     players" for "poker player"). The question's first word is not looked at: it is the verb of
     a request ("Show ...", "List ..."), and tables are named like that too."""
-    said = _QUESTION_WORD.findall(question.lower())[1:]
-    words = table_words.lower().split()
-    return bool(words) and any(
-        all(_same_word(w, s) for w, s in zip(words, said[i : i + len(words)], strict=True))
-        for i in range(len(said) - len(words) + 1)
-    )
+    return bool(_name_matches(_QUESTION_WORD.findall(question.lower())[1:], table_words))
 
 
 def tables_named_in(question: str, schema: Schema) -> frozenset[int]:
-    """The tables whose names the question says (`names_table`)."""
+    """The tables whose names the question says (`names_table`); where the same words say two
+    names, the closer one only: "visitors" names visitor, not visit."""
+    said = _QUESTION_WORD.findall(question.lower())[1:]
+    matches = {t: _name_matches(said, table.label) for t, table in enumerate(schema.tables)}
+    closest: dict[tuple[int, int], int] = {}
+    for found in matches.values():
+        for span, closeness in found.items():
+            closest[span] = max(closest.get(span, 0), closeness)
     return frozenset(
-        t for t, table in enumerate(schema.tables) if names_table(question, table.label)
+        t
+        for t, found in matches.items()
+        if any(closeness == closest[span] for span, closeness in found.items())
     )
 
 

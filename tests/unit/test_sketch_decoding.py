@@ -459,6 +459,25 @@ def test_named_tables_keep_the_model_tables_the_question_names() -> None:
 
 
 @pytest.mark.parametrize(
+    ("question", "named"),
+    [
+        # the closer name of two that the same word says
+        ("How many visitors below age 30 are there?", {"visitor"}),
+        ("Which visits did the visitors make?", {"visit", "visitor"}),
+        # a name of more words is a different span: both are said
+        ("Which courses have students enrolled?", {"student", "student enrolment", "enrolment"}),
+        # a near name still counts where no closer one is said with the same words
+        ("How many people are enrolled?", {"enrolment"}),
+    ],
+)
+def test_tables_named_in_prefers_the_closer_name(question: str, named: set[str]) -> None:
+    names = ("visit", "visitor", "student", "student enrolment", "enrolment")
+    schema = Schema("school", tuple(Table(name) for name in names), ())
+    said = tables_named_in(question, schema)
+    assert {schema.tables[t].label for t in said} == named
+
+
+@pytest.mark.parametrize(
     ("select", "question", "named"),
     [
         # what is counted is what the question names
