@@ -41,6 +41,7 @@ from proxy.nl2sql.sketch import (
     named_tables,
     select_candidates,
     slots_for,
+    spoken_aggregates,
     tables_named_in,
 )
 from proxy.runtime import (
@@ -210,7 +211,8 @@ def rank(
     both parts when `combine`; without an aligner, that log-probability alone. Each pair is
     combined with every FROM set: ordered by pair, then by FROM probability. With `named` (the
     schema and the question), a pair's first FROM set is the one its own columns call for
-    (`sketch.named_tables`), scored as the model's best."""
+    (`sketch.named_tables`), scored as the model's best, and a SELECT the question spells out
+    as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -222,6 +224,9 @@ def rank(
     sketches: list[Sketch] = []
     for i in ranked:
         select, chosen = pairs[i][0][0], pairs[i][1][0]
+        if named is not None:
+            spoken = spoken_aggregates(named[1], named[0], select, slots[chosen].group_by)
+            select = spoken if spoken is not None else select
         pair_froms = list(froms)
         if named is not None and froms:
             own = named_tables(named[0], select, slots[chosen], said, froms[0][0])

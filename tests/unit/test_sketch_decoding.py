@@ -40,6 +40,7 @@ from proxy.nl2sql.sketch import (
     names_table,
     select_candidates,
     slots_for,
+    spoken_aggregates,
     tables_named_in,
     valid_keywords,
 )
@@ -539,3 +540,56 @@ def test_rank_tries_each_pairs_own_from_first() -> None:
     assert ranked[0].score == pytest.approx(-0.1 - 0.1 - 0.5)
     plain = rank(scores, [(select, -0.1)], [(frozenset(), -0.1)], froms, None, combine=True)
     assert [set(s.tables) for s in plain] == [{SINGER, SONG}, {SONG}]
+
+
+def _items(*texts: str) -> frozenset[SelectItem]:
+    """SelectItems of MUSIC from `agg:column` texts ("avg:2", ":1")."""
+    return frozenset(
+        SelectItem(aggregate, int(column))
+        for aggregate, column in (text.split(":") for text in texts)
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "select", "group_by", "expected"),
+    [
+        # the column the list is followed by, in place of the sketch's aggregates
+        (
+            "What is the average, minimum, and maximum net worth of singers?",
+            _items("avg:2", f"avg:{YEAR}"),
+            frozenset(),
+            _items("avg:2", "min:2", "max:2"),
+        ),
+        # no column named after the list: the sketch's first aggregated column
+        (
+            "Show the maximum and minimum, over everything.",
+            _items("max:2"),
+            frozenset(),
+            _items("max:2", "min:2"),
+        ),
+        # a bare column grouped by stays
+        (
+            "What is the average and maximum net worth for each name?",
+            _items(f":{NAME}", "avg:2"),
+            frozenset({NAME}),
+            _items(f":{NAME}", "avg:2", "max:2"),
+        ),
+        # grouped by the column itself: left to the sketch
+        (
+            "What is the minimum and maximum net worth?",
+            _items(":2", "max:2"),
+            frozenset({NET_WORTH}),
+            None,
+        ),
+        # one aggregate is no list
+        ("What is the maximum net worth of singers?", _items(":2"), frozenset(), None),
+        ("What is the average age and the maximum net worth?", _items(":2"), frozenset(), None),
+    ],
+)
+def test_spoken_aggregates(
+    question: str,
+    select: frozenset[SelectItem],
+    group_by: frozenset[int],
+    expected: frozenset[SelectItem] | None,
+) -> None:
+    assert spoken_aggregates(question, MUSIC, select, group_by) == expected
