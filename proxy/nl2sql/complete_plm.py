@@ -30,7 +30,10 @@ sketch does not say:
   `public` is qualified with its schema.
 - SELECT items in a fixed order (the sketch holds a set): plain columns first, by column number,
   then aggregates by column (`*` first). "distinct": `count(DISTINCT col)` when the SELECT has no
-  plain column and counts a column, else `SELECT DISTINCT`.
+  plain column and counts a column, else `SELECT DISTINCT`. `count(*)` over a join, in a
+  question that counts one of its tables ("how many dogs went through a treatment"), counts
+  that table's distinct key (`_counted_table`).
+- avg and sum over a text column take the values that read as numbers, cast (the rest NULL).
 - SQLite's bare column beside one max or min (`SELECT name, max(age) FROM t`: the name of the
   oldest), in a sketch with no GROUP BY, HAVING, ORDER BY or LIMIT, becomes what PostgreSQL can
   say: grouped by the plain columns, ORDER BY that max DESC (min: ASC) LIMIT 1.
@@ -135,6 +138,7 @@ from proxy.nl2sql.sketch import (
     SelectItem,
     Sketch,
     Slots,
+    tables_named_in,
 )
 
 # --- literals -----------------------------------------------------------------------------------
@@ -1241,6 +1245,48 @@ def _spoken_range(
     return replace(sketch, slots=replace(sketch.slots, where=ranged_where))
 
 
+_COUNTED = re.compile(
+    r"\b(?:how many|(?:count|number|total number) of)\s+(?:the\s+)?(?:different\s+|distinct\s+)?"
+    r"(\w+(?:\s+\w+)?)",
+    re.IGNORECASE,
+)
+
+
+def _counted_table(sketch: Sketch, schema: Schema, question: str) -> Sketch:
+    """`count(*)` over a join, in a question that counts a table of that join ("how many dogs
+    went through a treatment"), as `count(DISTINCT` that table's key`)`: a dog with three
+    treatments is one dog. The same number where the join does not repeat the table's rows.
+    Only for a table with a one-column primary key, and not with GROUP BY or HAVING."""
+    match = _COUNTED.search(question)
+    if (
+        match is None
+        or sketch.select != {SelectItem("count", STAR)}
+        or sketch.slots.group_by
+        or sketch.slots.having
+        or "distinct" in sketch.keywords
+    ):
+        return sketch
+    columns = [
+        *(p.column for p in sketch.slots.where),
+        *(i.column for i in sketch.slots.order_by if i.column != STAR),
+    ]
+    tables = {*sketch.tables, *(schema.columns[c].table for c in columns)}
+    if len(tables) < 2:
+        return sketch
+    counted = tables & tables_named_in("of " + match[1], schema)
+    if len(counted) != 1:
+        return sketch
+    (table,) = counted
+    keys = [i for i, c in enumerate(schema.columns) if c.table == table and c.primary_key]
+    if len(keys) != 1:
+        return sketch
+    return replace(
+        sketch,
+        select=frozenset({SelectItem("count", keys[0])}),
+        keywords=sketch.keywords | {"distinct"},
+    )
+
+
 def complete(
     sketch: Sketch, schema: Schema, literals: Sequence[Literal] = (), *, question: str = ""
 ) -> str:
@@ -1254,6 +1300,7 @@ def complete(
         raise CompletionError("unsupported item", "empty SELECT")
     sketch = _extreme_row(sketch)
     sketch = _spoken_range(sketch, schema, literals, question)
+    sketch = _counted_table(sketch, schema, question)
     slots = sketch.slots
     select = sorted(
         sketch.select, key=lambda i: (i.aggregate != "", i.column, AGGREGATES.index(i.aggregate))

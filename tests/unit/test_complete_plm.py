@@ -532,6 +532,20 @@ CASES = (
         literals=(Literal("2014", "string"), Literal(2014, "number")),
     ),
     Case(
+        "How many singers sang in a concert? (a singer of two concerts is one singer)",
+        ("count(*)",),
+        ("singer", "singer_in_concert"),
+        "SELECT count(DISTINCT t1.singer_id) FROM singer AS t1"
+        " JOIN singer_in_concert AS t2 ON t1.singer_id = t2.singer_id",
+    ),
+    Case(
+        "Count the number of concert appearances of singers (no table counted)",
+        ("count(*)",),
+        ("singer", "singer_in_concert"),
+        "SELECT count(*) FROM singer AS t1"
+        " JOIN singer_in_concert AS t2 ON t1.singer_id = t2.singer_id",
+    ),
+    Case(
         "What is the average number of copies of a record? (numbers kept as text)",
         ("avg(record.copies)",),
         ("record",),
