@@ -11,7 +11,9 @@ city before it is near 'Massachusetts'). The query is rewritten on its
 syntax tree (pglast, PostgreSQL's own parser), never by string replacement: the literal, and
 when the value was found in another column of a table the query already reads, the column too.
 A value found in a table the query does not read is reported, not applied (a completer can use
-it: joining a table is beyond a literal's repair).
+it: joining a table is beyond a literal's repair). Once a predicate has moved, the table its
+old column was read from may have nothing left to do in the query: `without_join` drops such a
+join (the pipeline does, unless the question names the table).
 
 Numbers, dates and booleans are never turned into strings, and nothing here raises on bad
 input: a query that does not parse, or a literal too long to be a value, leaves the SQL as it was,
@@ -23,10 +25,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import UnionType
 from typing import Literal, Protocol
 
 from pglast import ast, parse_sql
-from pglast.enums import A_Expr_Kind
+from pglast.enums import A_Expr_Kind, JoinType
 from pglast.parser import ParseError
 from pglast.stream import RawStream
 
@@ -440,3 +443,87 @@ def _pattern_matches(index: ValueLookup, column: ColumnRef, core: str, *, fold_c
         folded = similarity.fold(core)
         return any(folded in similarity.fold(c.value) for c in candidates)
     return any(core in c.value for c in candidates)
+
+
+# ---------------------------------------------------------------- a table left behind
+
+
+def _nodes(
+    node: object, kind: type[ast.Node] | UnionType, skip: object = None
+) -> Iterator[ast.Node]:
+    """Every node of a kind under a node (not inside one of that kind), not looking into
+    `skip`."""
+    if node is skip:
+        return
+    if isinstance(node, kind):
+        yield node
+        return
+    if isinstance(node, tuple | list):
+        for item in node:
+            yield from _nodes(item, kind, skip)
+    elif isinstance(node, ast.Node):
+        for name in node:
+            yield from _nodes(getattr(node, name), kind, skip)
+
+
+def without_join(sql: str, table: str) -> str | None:
+    """The query without its inner join of `table`, where nothing but that join's own condition
+    refers to the table: what is left after calibration moved the only predicate that needed
+    it to another table's column ("singers whose citizenship is not France" read
+    song.title). None where the query is not one SELECT whose FROM is a tree of inner joins
+    with ON conditions, the table is read more than once, a column is not qualified, or
+    anything else refers to it."""
+    try:
+        statements = parse_sql(sql)
+    except ParseError:
+        return None
+    select = statements[0].stmt if len(statements) == 1 else None
+    if not isinstance(select, ast.SelectStmt) or select.larg is not None:
+        return None
+    sources = select.fromClause or ()
+    if len(sources) != 1 or not isinstance(sources[0], ast.JoinExpr):
+        return None
+    joins: list[ast.JoinExpr] = []
+    leaves: list[ast.RangeVar] = []
+
+    def collect(node: object) -> bool:
+        if isinstance(node, ast.RangeVar):
+            leaves.append(node)
+            return True
+        if not isinstance(node, ast.JoinExpr):
+            return False
+        if node.jointype != JoinType.JOIN_INNER or node.usingClause or node.quals is None:
+            return False
+        joins.append(node)
+        return collect(node.larg) and collect(node.rarg)
+
+    if not collect(sources[0]):
+        return None
+    read = [
+        r
+        for r in _nodes(select, ast.RangeVar)
+        if isinstance(r, ast.RangeVar) and r.relname == table
+    ]
+    if len(read) != 1 or not any(read[0] is leaf for leaf in leaves):
+        return None  # not read, read twice, or read in a subquery
+    leaf = read[0]
+    qualifier = leaf.alias.aliasname if leaf.alias is not None else leaf.relname
+    join = next((j for j in joins if leaf is j.larg or leaf is j.rarg), None)
+    if join is None:
+        return None
+    for ref in _nodes(select, ast.ColumnRef | ast.A_Star, skip=join.quals):
+        parts = _column_parts(ref) if isinstance(ref, ast.ColumnRef) else None
+        if parts is None or parts[0] is None or parts[0] == qualifier:
+            return None  # `*`, `t.*`, an unqualified column, or the table itself
+    other = join.rarg if join.larg is leaf else join.larg
+
+    def replace_join(node: ast.Node | None) -> ast.Node | None:
+        if node is join:
+            return other
+        if isinstance(node, ast.JoinExpr):
+            node.larg = replace_join(node.larg)
+            node.rarg = replace_join(node.rarg)
+        return node
+
+    select.fromClause = (replace_join(sources[0]),)
+    return str(RawStream()(select))

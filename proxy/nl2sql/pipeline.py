@@ -51,7 +51,13 @@ from pglast.parser import ParseError
 
 from proxy.config import Settings
 from proxy.nl2sql.answer import Answer, AnswerError, TraceRow
-from proxy.nl2sql.calibrate import Calibration, DatabaseCatalog, best_match, calibrate
+from proxy.nl2sql.calibrate import (
+    Calibration,
+    DatabaseCatalog,
+    best_match,
+    calibrate,
+    without_join,
+)
 from proxy.nl2sql.complete_plm import (
     CompletionError,
     Literal,
@@ -825,7 +831,7 @@ class _Run:
                 step.note = "; ".join(_describe(c) for c in found)
         if not found:
             return
-        calibrated = result.sql if result.changed else None
+        calibrated = self._without_left_joins(result.sql, found) if result.changed else None
         if self.llm is not None and candidate.conversation:
             with self.stage("complete", candidate) as step:
                 messages = calibration_feedback(candidate.conversation, candidate.sql, found)
@@ -839,6 +845,24 @@ class _Run:
                         return
         if calibrated is not None:
             self._execute(candidate, calibrated, candidate.conversation)
+
+    def _without_left_joins(self, sql: str, found: Sequence[Calibration]) -> str:
+        """The calibrated SQL without the joins of tables that only a moved predicate's old
+        column needed, and that the question does not name (`without_join`): "singers whose
+        citizenship is not France", once song.title became singer.citizenship, no longer
+        joins song (which repeats each singer per song)."""
+        named = tables_named_in(self.question, self._schema)
+        for calibration in found:
+            old, new = calibration.column, calibration.new_column
+            if not calibration.applied or (old.schema, old.table) == (new.schema, new.table):
+                continue
+            try:
+                table = self._schema.table_index(old.table)
+            except KeyError:
+                continue
+            if table not in named:
+                sql = without_join(sql, old.table) or sql
+        return sql
 
     def _execute(self, candidate: _Candidate, sql: str, conversation: list[Message]) -> bool:
         """Run a corrected SQL; it replaces the candidate's when it runs."""
