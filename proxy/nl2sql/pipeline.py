@@ -223,6 +223,25 @@ def _without_where(sketch: Sketch) -> Sketch:
     )
 
 
+_COMPARATIVE = (
+    r"(?:less|more|higher|lower|greater|fewer|larger|smaller|later|earlier|older|younger"
+    r"|longer|shorter|bigger|after|before|above|below|over|under)\b"
+)
+_NEGATION_SAID = re.compile(
+    rf"\b(?:not|never|without)\b(?!\s+{_COMPARATIVE})|n't\b(?!\s+{_COMPARATIVE})"
+    rf"|\bno\s+(?!{_COMPARATIVE})(?=[a-z])",
+    re.IGNORECASE,
+)
+_NEGATION_WRITTEN = re.compile(r"\bNOT\b|<>|!=|\bEXCEPT\b", re.IGNORECASE)
+
+
+def ignores_a_negation(question: str, sql: str) -> bool:
+    """Whether the question says "not" ("do not play poker", "with no students", "never",
+    "without"; not "no more than") and the query negates nothing (no NOT, <>, != or EXCEPT):
+    such a query answers the question without its "not"."""
+    return bool(_NEGATION_SAID.search(question)) and not _NEGATION_WRITTEN.search(sql)
+
+
 def echoes_its_value(sql: str) -> bool:
     """Whether the query shows one plain column that its WHERE sets equal to a constant
     (`SELECT abbreviation FROM airlines WHERE abbreviation = 'UAL'`): every row it returns is
@@ -411,7 +430,8 @@ class _Run:
                 return
             step.outcome = f"{len(sketches)} sketches"
         fallback: _Candidate | None = None
-        # answered, but leaves out a value the question gave, or only shows the value it asks by
+        # answered, but leaves out a value or a "not" the question gave, or only shows the value
+        # it asks by
         partial: _Candidate | None = None
         tried: set[str] = set()
         unfilled: list[_Candidate] = []
@@ -426,7 +446,11 @@ class _Run:
                 continue
             self._calibrate(candidate)
             if _has_values(candidate.rows):
-                if self._uses_every_literal(candidate) and not echoes_its_value(candidate.sql):
+                if (
+                    self._uses_every_literal(candidate)
+                    and not echoes_its_value(candidate.sql)
+                    and not ignores_a_negation(self.question, candidate.sql)
+                ):
                     self._choose(candidate, "answered")
                     return
                 partial = partial or candidate

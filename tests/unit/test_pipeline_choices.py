@@ -1,5 +1,6 @@
 """The pipeline's choices that need no database: which answered candidate only echoes the
-question's value, and which FROM table a moved predicate leaves behind."""
+question's value or leaves out its "not", and which FROM table a moved predicate leaves
+behind."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.nl2sql.pipeline import echoes_its_value, without_left_tables
+from proxy.nl2sql.pipeline import echoes_its_value, ignores_a_negation, without_left_tables
 from proxy.nl2sql.schema import Column, Schema, Table
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
 
@@ -36,6 +37,41 @@ from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
 )
 def test_echoes_its_value(sql: str, echoes: bool) -> None:
     assert echoes_its_value(sql) is echoes
+
+
+NAMES = "SELECT name FROM people"
+
+
+@pytest.mark.parametrize(
+    ("question", "sql", "ignores"),
+    [
+        ("What are the names of people who do not play poker?", NAMES, True),
+        ("Which semester has no students enrolled?", NAMES, True),
+        ("Which students don't have pets?", NAMES, True),
+        ("Which teachers have never taught?", NAMES, True),
+        ("List the airports without flights.", NAMES, True),
+        # the query negates
+        (
+            "What are the names of people who do not play poker?",
+            "SELECT name FROM people WHERE people_id NOT IN (SELECT people_id FROM poker_player)",
+            False,
+        ),
+        ("Who is not from Russia?", NAMES + " WHERE nationality <> 'Russia'", False),
+        ("Who is not from Russia?", NAMES + " WHERE nationality != 'Russia'", False),
+        (
+            "Who plays but not poker?",
+            "SELECT name FROM people EXCEPT SELECT name FROM poker",
+            False,
+        ),
+        # comparisons and answers are no negation
+        ("Cars weighing no less than 3000 and no more than 4000?", NAMES, False),
+        ("Visitors whose level is not higher than 4?", NAMES, False),
+        ("Dogs that were abandoned? 1 stands for yes, and 0 stands for no.", NAMES, False),
+        ("Who are the people?", NAMES, False),
+    ],
+)
+def test_ignores_a_negation(question: str, sql: str, ignores: bool) -> None:
+    assert ignores_a_negation(question, sql) is ignores
 
 
 MUSIC = Schema(
