@@ -67,10 +67,11 @@ sketch does not say:
   in the SQL, and no silently dropped condition, which would return more rows that look right; the
   pipeline goes on to its next candidate. Literals left over are ignored.
 - Nested predicates: `in`/`not in` become `col IN (SELECT x FROM other)`, `x` a column joined
-  to `col` by a key, declared before implicit: one that references `col` (in a table outside
-  FROM first), else one that references what `col` references, else what `col` references;
-  with no key at all on `col`, `col IN (SELECT s1.col FROM t AS s1 JOIN neighbour AS s2 ON ...)`
-  (rows of t with related rows in the nearest table that a key joins to t); a table with no key
+  to `col` by a key, declared before implicit: one that references `col` (in a table the
+  question names first, then outside FROM), else one that references what `col` references,
+  else what `col` references; with no key at all on `col`,
+  `col IN (SELECT s1.col FROM t AS s1 JOIN neighbour AS s2 ON ...)` (rows of t with related
+  rows in the nearest table that a key joins to t); a table with no key
   raises ("no foreign key for IN"). A comparison with `nested` compares with an aggregate of the
   column over its whole table, `col > (SELECT avg(col) FROM t)`: the aggregate the question
   names (average, maximum, minimum), else the first superlative it uses ("largest" max,
@@ -815,18 +816,27 @@ def _spelt_out(question: str, literal: Literal) -> bool:
     return re.fullmatch(r"[a-z ]+", question[literal.span[0] : literal.span[1]].lower()) is not None
 
 
-def _membership(writer: _Writer, column: int, outer: set[int]) -> str:
+def _membership(writer: _Writer, column: int, outer: set[int], question: str = "") -> str:
     """The subquery of a nested `col IN (...)` (see the module's docstring): the column of
-    another table that a key joins to `col` (declared keys first, then implicit ones), else
-    `col` itself over its table joined to a neighbour (rows with related rows there)."""
+    another table that a key joins to `col` (declared keys first, then implicit ones; of a
+    table the question names first), else `col` itself over its table joined to a neighbour
+    (rows with related rows there)."""
     schema = writer.schema
     table = schema.columns[column].table
+    said = tables_named_in(question, schema) if question else frozenset()
 
     def best(candidates: Iterable[int]) -> int | None:
         others = [c for c in candidates if schema.columns[c].table != table]
         if not others:
             return None
-        return min(others, key=lambda c: (schema.columns[c].table in outer, c))
+        return min(
+            others,
+            key=lambda c: (
+                schema.columns[c].table not in said,
+                schema.columns[c].table in outer,
+                c,
+            ),
+        )
 
     declared = sorted(schema.foreign_keys, key=lambda k: (k.column, k.referenced))
     for keys in (declared, implicit_keys(schema)):
@@ -925,7 +935,8 @@ def _where_clause(query: _Query) -> str:
             said = predicate.operator
         operator = _SQL_OPERATORS.get(said, said.upper())
         if predicate.nested and predicate.operator in ("in", "not in"):
-            conditions.append(f"{name} {operator} {_membership(writer, predicate.column, outer)}")
+            subquery = _membership(writer, predicate.column, outer, query.question)
+            conditions.append(f"{name} {operator} {subquery}")
         elif predicate.nested and predicate.operator in _COMPARISONS:
             aggregate = _nested_aggregate(query.question, predicate.operator)
             whole = _whole_table(writer, aggregate, predicate.column)

@@ -62,6 +62,7 @@ from proxy.nl2sql.complete_plm import (
     CompletionError,
     Literal,
     complete,
+    implicit_keys,
     question_literals,
     set_operation,
 )
@@ -74,7 +75,7 @@ from proxy.nl2sql.prompts import (
     sketch_completion,
 )
 from proxy.nl2sql.schema import Schema, catalog_fingerprint, introspect, words_of
-from proxy.nl2sql.sketch import STAR, Predicate, Sketch, tables_named_in
+from proxy.nl2sql.sketch import STAR, Predicate, Sketch, Slots, tables_named_in
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
 from proxy.runtime import load_embedder
 from proxy.valueindex.common import Candidate, ColumnRef, Embedder, Scope, ValueIndexError
@@ -240,6 +241,45 @@ def ignores_a_negation(question: str, sql: str) -> bool:
     "without"; not "no more than") and the query negates nothing (no NOT, <>, != or EXCEPT):
     such a query answers the question without its "not"."""
     return bool(_NEGATION_SAID.search(question)) and not _NEGATION_WRITTEN.search(sql)
+
+
+_NEGATED_WORDS = 8  # words after the "not" where the table it is about is named
+
+
+def anti_join(sketch: Sketch, schema: Schema, question: str) -> Sketch | None:
+    """For a question that says its rows have no related rows of a table ("countries with no
+    car makers", "templates not used by any document", "students who do not have friends"),
+    the sketch's rows of one table T as `T.key NOT IN (SELECT ... FROM X)`, X the table named
+    after the "not" that a key joins to T's one-column primary key. T is the table of every
+    column the sketch shows (of the one FROM table the question names before the "not", for a
+    `count(*)`). None where the question or the sketch does not fit. The sketch model rarely
+    proposes such a nested NOT IN."""
+    said = _NEGATION_SAID.search(question)
+    if said is None:
+        return None
+    after = " ".join(question[said.end() :].split()[:_NEGATED_WORDS])
+    shown = {schema.columns[i.column].table for i in sketch.select if i.column != STAR}
+    if not shown:
+        shown = set(sketch.tables & tables_named_in(question[: said.start()], schema))
+    if len(shown) != 1:
+        return None
+    (table,) = shown
+    keys = [i for i, c in enumerate(schema.columns) if c.table == table and c.primary_key]
+    if len(keys) != 1:
+        return None
+    related = {
+        schema.columns[k.column].table
+        for k in (*schema.foreign_keys, *implicit_keys(schema))
+        if k.referenced == keys[0] and schema.columns[k.column].table != table
+    }
+    if not related & tables_named_in("of " + after, schema):
+        return None
+    return replace(
+        sketch,
+        tables=frozenset({table}),
+        keywords=frozenset({"where", "nested"}) | (sketch.keywords & {"distinct"}),
+        slots=Slots(where=(Predicate(keys[0], "not in", nested=True),)),
+    )
 
 
 def echoes_its_value(sql: str) -> bool:
@@ -456,6 +496,19 @@ class _Run:
                 partial = partial or candidate
                 continue
             fallback = fallback or candidate
+        if partial is None or ignores_a_negation(self.question, partial.sql):
+            # Nothing answered with the question's "not": its sketches as anti-joins.
+            for sketch in sketches[: self.settings.max_candidates]:
+                negated = anti_join(sketch, self._schema, self.question)
+                if negated is None:
+                    continue
+                candidate = _Candidate(sketches.index(sketch) + 1, negated)
+                if not self._complete(candidate) or candidate.sql in tried:
+                    continue
+                tried.add(candidate.sql)
+                if self._check(candidate) and _has_values(candidate.rows):
+                    self._choose(candidate, "answered")
+                    return
         if partial is not None:
             self._choose(partial, "answered")
             return

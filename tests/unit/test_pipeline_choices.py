@@ -8,8 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.nl2sql.pipeline import echoes_its_value, ignores_a_negation, without_left_tables
-from proxy.nl2sql.schema import Column, Schema, Table
+from proxy.nl2sql.pipeline import (
+    anti_join,
+    echoes_its_value,
+    ignores_a_negation,
+    without_left_tables,
+)
+from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
 
 
@@ -113,3 +118,49 @@ def test_a_moved_predicate_takes_its_old_table_along(question: str, tables: set[
     # a FROM that would be left empty stays as it was
     alone = replace(moved, tables=frozenset({SONG}))
     assert without_left_tables(alone, before, MUSIC, question) == alone
+
+
+# MUSIC with song.singer_id -> singer.singer_id declared, and singer's key a primary key
+KEYED = Schema(
+    "music",
+    MUSIC.tables,
+    tuple(
+        replace(c, primary_key=c.name == f"{MUSIC.tables[c.table].name}_id") for c in MUSIC.columns
+    ),
+    (ForeignKey(3, 0),),
+)
+NAME, SINGER_ID = 1, 0
+
+
+@pytest.mark.parametrize(
+    ("question", "select", "tables", "negated"),
+    [
+        # the rows of the table shown, without related rows of the table named after "not"
+        ("Which singers do not have any song?", {SelectItem("", NAME)}, {SINGER, SONG}, True),
+        ("List the singers without songs.", {SelectItem("", NAME)}, {SINGER}, True),
+        # counted: the FROM table the question names before the "not"
+        ("How many singers have no songs?", {SelectItem("count", STAR)}, {SINGER, SONG}, True),
+        # no "not", no table named after it, or no key from it to the shown table
+        ("Which singers have songs?", {SelectItem("", NAME)}, {SINGER, SONG}, False),
+        ("Which singers are not famous?", {SelectItem("", NAME)}, {SINGER}, False),
+        ("Which singers have no concerts?", {SelectItem("", NAME)}, {SINGER}, False),
+        # columns of two tables shown
+        (
+            "Which singers and titles have no songs?",
+            {SelectItem("", NAME), SelectItem("", TITLE)},
+            {SINGER, SONG},
+            False,
+        ),
+    ],
+)
+def test_anti_join(question: str, select: set[SelectItem], tables: set[int], negated: bool) -> None:
+    sketch = Sketch(frozenset(select), frozenset(tables), frozenset(), Slots())
+    found = anti_join(sketch, KEYED, question)
+    if not negated:
+        assert found is None
+        return
+    assert found is not None
+    assert found.select == sketch.select
+    assert found.tables == {SINGER}
+    assert found.keywords == {"where", "nested"}
+    assert found.slots.where == (Predicate(SINGER_ID, "not in", nested=True),)
