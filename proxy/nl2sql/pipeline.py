@@ -282,6 +282,48 @@ def anti_join(sketch: Sketch, schema: Schema, question: str) -> Sketch | None:
     )
 
 
+def counts_single_rows(sql: str, schema: Schema) -> bool:
+    """Whether the query reads one table, groups it by its whole primary key and counts
+    (`SELECT name FROM museum GROUP BY museum_id ORDER BY count(*) DESC LIMIT 1`): every group
+    is one row, so the count is 1 and says nothing; the question counts rows of another
+    table ("the museum that has the most staff")."""
+    try:
+        statements = parse_sql(sql)
+    except ParseError:
+        return False
+    select = statements[0].stmt if len(statements) == 1 else None
+    if not isinstance(select, ast.SelectStmt) or select.larg is not None:
+        return False
+    sources = select.fromClause or ()
+    if len(sources) != 1 or not isinstance(sources[0], ast.RangeVar) or not select.groupClause:
+        return False
+    try:
+        table = schema.table_index(str(sources[0].relname))
+    except KeyError:
+        return False
+    key = {c.name.lower() for c in schema.columns if c.table == table and c.primary_key}
+    grouped = {
+        str(g.fields[-1].sval).lower()
+        for g in select.groupClause
+        if isinstance(g, ast.ColumnRef) and g.fields and isinstance(g.fields[-1], ast.String)
+    }
+    counts = any(
+        tuple(n.sval for n in f.funcname or ()) == ("count",) for f in _function_calls(select)
+    )
+    return bool(key) and key <= grouped and counts
+
+
+def _function_calls(node: object) -> Iterator[ast.FuncCall]:
+    if isinstance(node, ast.FuncCall):
+        yield node
+    if isinstance(node, tuple | list):
+        for item in node:
+            yield from _function_calls(item)
+    elif isinstance(node, ast.Node):
+        for name in node:
+            yield from _function_calls(getattr(node, name))
+
+
 def echoes_its_value(sql: str) -> bool:
     """Whether the query shows one plain column that its WHERE sets equal to a constant
     (`SELECT abbreviation FROM airlines WHERE abbreviation = 'UAL'`): every row it returns is
@@ -470,8 +512,8 @@ class _Run:
                 return
             step.outcome = f"{len(sketches)} sketches"
         fallback: _Candidate | None = None
-        # answered, but leaves out a value or a "not" the question gave, or only shows the value
-        # it asks by
+        # answered, but leaves out a value or a "not" the question gave, only shows the value
+        # it asks by, or counts groups of one row
         partial: _Candidate | None = None
         tried: set[str] = set()
         unfilled: list[_Candidate] = []
@@ -490,6 +532,7 @@ class _Run:
                     self._uses_every_literal(candidate)
                     and not echoes_its_value(candidate.sql)
                     and not ignores_a_negation(self.question, candidate.sql)
+                    and not counts_single_rows(candidate.sql, self._schema)
                 ):
                     self._choose(candidate, "answered")
                     return

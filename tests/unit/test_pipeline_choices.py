@@ -10,6 +10,7 @@ import pytest
 
 from proxy.nl2sql.pipeline import (
     anti_join,
+    counts_single_rows,
     echoes_its_value,
     ignores_a_negation,
     without_left_tables,
@@ -164,3 +165,28 @@ def test_anti_join(question: str, select: set[SelectItem], tables: set[int], neg
     assert found.tables == {SINGER}
     assert found.keywords == {"where", "nested"}
     assert found.slots.where == (Predicate(SINGER_ID, "not in", nested=True),)
+
+
+@pytest.mark.parametrize(
+    ("sql", "single"),
+    [
+        ("SELECT name FROM singer GROUP BY singer_id ORDER BY count(*) DESC LIMIT 1", True),
+        ("SELECT name, count(*) FROM singer GROUP BY singer_id, name", True),
+        ("SELECT s.name FROM singer AS s GROUP BY s.singer_id HAVING count(*) > 1", True),
+        # groups of several rows: another column, or a join
+        ("SELECT name FROM singer GROUP BY name ORDER BY count(*) DESC LIMIT 1", False),
+        (
+            "SELECT t1.name FROM singer AS t1 JOIN song AS t2 ON t1.singer_id = t2.singer_id"
+            " GROUP BY t1.singer_id ORDER BY count(*) DESC LIMIT 1",
+            False,
+        ),
+        # no count, no key, no GROUP BY
+        ("SELECT name, max(singer_id) FROM singer GROUP BY singer_id", False),
+        ("SELECT title FROM song GROUP BY song_id ORDER BY count(*)", True),
+        ("SELECT count(*) FROM singer", False),
+        ("SELECT year, count(*) FROM concert GROUP BY year", False),
+        ("not sql", False),
+    ],
+)
+def test_counts_single_rows(sql: str, single: bool) -> None:
+    assert counts_single_rows(sql, KEYED) is single
