@@ -42,6 +42,7 @@ from proxy.nl2sql.sketch import (
     select_candidates,
     slots_for,
     spoken_aggregates,
+    spoken_select,
     tables_named_in,
 )
 from proxy.runtime import (
@@ -225,7 +226,10 @@ def rank(
     for i in ranked:
         select, chosen = pairs[i][0][0], pairs[i][1][0]
         if named is not None:
-            spoken = spoken_aggregates(named[1], named[0], select, slots[chosen].group_by)
+            group_by = slots[chosen].group_by
+            spoken = spoken_aggregates(named[1], named[0], select, group_by) or spoken_select(
+                named[1], named[0], select, group_by
+            )
             select = spoken if spoken is not None else select
         pair_froms = list(froms)
         if named is not None and froms:

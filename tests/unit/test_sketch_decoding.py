@@ -41,6 +41,7 @@ from proxy.nl2sql.sketch import (
     select_candidates,
     slots_for,
     spoken_aggregates,
+    spoken_select,
     tables_named_in,
     valid_keywords,
 )
@@ -593,3 +594,38 @@ def test_spoken_aggregates(
     expected: frozenset[SelectItem] | None,
 ) -> None:
     assert spoken_aggregates(question, MUSIC, select, group_by) == expected
+
+
+@pytest.mark.parametrize(
+    ("question", "select", "group_by", "expected"),
+    [
+        # each aggregate word takes the column its words name
+        (
+            "What is the total net worth and maximum year?",
+            _items(f":{YEAR}"),
+            frozenset(),
+            _items("sum:2", f"max:{YEAR}"),
+        ),
+        ("Return the minimum net worth of singers.", _items(":2"), frozenset(), _items("min:2")),
+        # a bare column grouped by stays
+        (
+            "Find the average net worth for each name.",
+            _items(f":{NAME}", "max:2"),
+            frozenset({NAME}),
+            _items(f":{NAME}", "avg:2"),
+        ),
+        # not asked for in the first words, a word naming no column, a count, a grouped column
+        ("Which singer has the maximum net worth?", _items(":1"), frozenset(), None),
+        ("What is the average of them all?", _items("avg:2"), frozenset(), None),
+        ("What is the total number of singers?", _items("count:-1"), frozenset(), None),
+        ("What is the maximum net worth?", _items(":2"), frozenset({NET_WORTH}), None),
+        ("What is the name of the singer?", _items(":1"), frozenset(), None),
+    ],
+)
+def test_spoken_select(
+    question: str,
+    select: frozenset[SelectItem],
+    group_by: frozenset[int],
+    expected: frozenset[SelectItem] | None,
+) -> None:
+    assert spoken_select(question, MUSIC, select, group_by) == expected
