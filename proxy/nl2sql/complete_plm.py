@@ -1256,6 +1256,23 @@ def _spoken_range(
     return replace(sketch, slots=replace(sketch.slots, where=ranged_where))
 
 
+def _shown_groups(sketch: Sketch) -> Sketch:
+    """A SELECT of aggregates only, grouped, with no HAVING, ORDER BY or LIMIT ("how many
+    friends does each student have"), shows the columns it groups by too: a list of counts
+    without what each counts is no answer."""
+    slots = sketch.slots
+    if (
+        not slots.group_by
+        or not all(item.aggregate for item in sketch.select)
+        or slots.having
+        or slots.order_by
+        or slots.limit is not None
+    ):
+        return sketch
+    shown = {SelectItem("", column) for column in slots.group_by}
+    return replace(sketch, select=sketch.select | shown)
+
+
 _COUNTED = re.compile(
     r"\b(?:how many|(?:count|number|total number) of)\s+(?:the\s+)?(?:different\s+|distinct\s+)?"
     r"(\w+(?:\s+\w+)?)",
@@ -1312,6 +1329,7 @@ def complete(
     sketch = _extreme_row(sketch)
     sketch = _spoken_range(sketch, schema, literals, question)
     sketch = _counted_table(sketch, schema, question)
+    sketch = _shown_groups(sketch)
     slots = sketch.slots
     select = sorted(
         sketch.select, key=lambda i: (i.aggregate != "", i.column, AGGREGATES.index(i.aggregate))

@@ -546,6 +546,14 @@ CASES = (
         " JOIN singer_in_concert AS t2 ON t1.singer_id = t2.singer_id",
     ),
     Case(
+        "How many singers are from each country? (the count shows what it counts)",
+        ("count(*)",),
+        ("singer",),
+        "SELECT country, count(*) FROM singer GROUP BY country",
+        keywords=("group by",),
+        group_by=("singer.country",),
+    ),
+    Case(
         "What is the average number of copies of a record? (numbers kept as text)",
         ("avg(record.copies)",),
         ("record",),
