@@ -544,3 +544,42 @@ def _own_words(schema: Schema, column: int) -> list[str]:
     words = [w for w in schema.columns[column].label.lower().split() if w not in _FILLER_WORDS]
     table = schema.tables[schema.columns[column].table].label.lower().split()
     return [w for w in words if not any(_word_match(t, w) == 2 for t in table)] or words
+
+
+def spoken_aggregate_of(
+    question: str, schema: Schema, select: frozenset[SelectItem]
+) -> frozenset[SelectItem] | None:
+    """`select` with the aggregate the question says for a column it aggregates: "the maximum
+    net worth of singers of each citizenship" over sum(net_worth), "the total sales of their
+    songs" over avg(sales). Only an average, sum, maximum or minimum that `select` already
+    takes of that column changes; None where nothing does."""
+    items = [item for item in select if item.aggregate in ("avg", "sum", "max", "min")]
+    aggregated = {item.column: item for item in items}
+    if not aggregated or len(aggregated) != len(items):
+        return None  # none, or a column with several
+    words = _QUESTION_WORD.findall(question.lower())
+    changed = dict(aggregated)
+    for at, word in enumerate(words):
+        if word not in _SPOKEN_AGGREGATE or words[at : at + 3] == ["total", "number", "of"]:
+            continue
+        phrase: list[str] = []
+        for after in words[at + 1 :]:
+            if after in _LEADING_FILLER and not phrase:
+                continue
+            if (
+                after in _PHRASE_END
+                or after in _SPOKEN_AGGREGATE
+                or len(phrase) == _AGGREGATE_WINDOW
+            ):
+                break
+            phrase.append(after)
+        scores = {
+            column: sum(any(_word_match(w, s) for s in phrase) for w in _own_words(schema, column))
+            for column in aggregated
+        }
+        best = max(scores, key=lambda c: scores[c])
+        if scores[best] and sum(1 for v in scores.values() if v == scores[best]) == 1:
+            changed[best] = SelectItem(_SPOKEN_AGGREGATE[word], best)
+    if changed == aggregated:
+        return None
+    return (select - set(items)) | set(changed.values())

@@ -41,6 +41,7 @@ from proxy.nl2sql.sketch import (
     named_tables,
     select_candidates,
     slots_for,
+    spoken_aggregate_of,
     spoken_aggregates,
     spoken_select,
     tables_named_in,
@@ -213,7 +214,8 @@ def rank(
     combined with every FROM set: ordered by pair, then by FROM probability. With `named` (the
     schema and the question), a pair's first FROM set is the one its own columns call for
     (`sketch.named_tables`), scored as the model's best, and a SELECT the question spells out
-    as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`)."""
+    as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`, `spoken_select`,
+    `spoken_aggregate_of`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -227,8 +229,10 @@ def rank(
         select, chosen = pairs[i][0][0], pairs[i][1][0]
         if named is not None:
             group_by = slots[chosen].group_by
-            spoken = spoken_aggregates(named[1], named[0], select, group_by) or spoken_select(
-                named[1], named[0], select, group_by
+            spoken = (
+                spoken_aggregates(named[1], named[0], select, group_by)
+                or spoken_select(named[1], named[0], select, group_by)
+                or spoken_aggregate_of(named[1], named[0], select)
             )
             select = spoken if spoken is not None else select
         pair_froms = list(froms)

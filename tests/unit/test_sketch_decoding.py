@@ -40,6 +40,7 @@ from proxy.nl2sql.sketch import (
     names_table,
     select_candidates,
     slots_for,
+    spoken_aggregate_of,
     spoken_aggregates,
     spoken_select,
     tables_named_in,
@@ -629,3 +630,30 @@ def test_spoken_select(
     expected: frozenset[SelectItem] | None,
 ) -> None:
     assert spoken_select(question, MUSIC, select, group_by) == expected
+
+
+@pytest.mark.parametrize(
+    ("question", "select", "expected"),
+    [
+        # the aggregate the question says for a column the SELECT aggregates
+        (
+            "For each name, what is the maximum net worth?",
+            _items(f":{NAME}", "sum:2"),
+            _items(f":{NAME}", "max:2"),
+        ),
+        (
+            "Show the names and the total net worth.",
+            _items(f":{NAME}", "avg:2"),
+            _items(f":{NAME}", "sum:2"),
+        ),
+        # already so, a bare column, a count, or two aggregates of one column: unchanged
+        ("What is the maximum net worth?", _items("max:2"), None),
+        ("What is the maximum net worth?", _items(":2"), None),
+        ("What is the total number of singers?", _items("avg:2"), None),
+        ("What is the maximum net worth?", _items("avg:2", "min:2"), None),
+    ],
+)
+def test_spoken_aggregate_of(
+    question: str, select: frozenset[SelectItem], expected: frozenset[SelectItem] | None
+) -> None:
+    assert spoken_aggregate_of(question, MUSIC, select) == expected
