@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -328,13 +328,20 @@ _REQUESTS = frozenset({"show", "list", "give", "find", "return", "tell", "displa
 """Verbs that ask for rows: a question word among them names no table, even a table so named."""
 
 
+def _plurals(word: str) -> tuple[str, ...]:
+    """The plural forms a word may take: +s, +es, and y -> ies ("city", "cities")."""
+    if word.endswith("y") and len(word) > 2:
+        return (word + "s", word[:-1] + "ies")
+    return (word + "s", word + "es")
+
+
 def _word_match(name: str, said: str) -> int:
     """How closely a word of a table's name matches a word of the question: 2 equal, or a
-    plural or singular of it; 1 the same in their first five letters or more with at most four
-    letters after them ("enrolment", "enrolled"); 0 not at all."""
+    plural or singular of it (`_plurals`); 1 the same in their first five letters or more with
+    at most four letters after them ("enrolment", "enrolled"); 0 not at all."""
     if said in _REQUESTS:
         return 0
-    if name == said or said in (name + "s", name + "es") or name in (said + "s", said + "es"):
+    if name == said or said in _plurals(name) or name in _plurals(said):
         return 2
     common = next(
         (i for i, (a, b) in enumerate(zip(name, said, strict=False)) if a != b),
@@ -583,3 +590,46 @@ def spoken_aggregate_of(
     if changed == aggregated:
         return None
     return (select - set(items)) | set(changed.values())
+
+
+def columns_of_named_tables(
+    question: str, schema: Schema, select: frozenset[SelectItem], slots: Slots
+) -> tuple[frozenset[SelectItem], Slots]:
+    """`select` and `slots` with each column of a table the question does not name moved to
+    the column of the same name in the one table it names that has it: "the names of countries
+    with the top 3 largest population" orders by country.population, not city.population.
+    Keys (primary, foreign or implicit) stay where they are: they say how tables join."""
+    from proxy.nl2sql.complete_plm import implicit_keys  # here: completion imports this module
+
+    said = tables_named_in(question, schema)
+    keys = {k.column for k in (*schema.foreign_keys, *implicit_keys(schema))} | {
+        i for i, c in enumerate(schema.columns) if c.primary_key
+    }
+    moved: dict[int, int] = {}
+
+    def move(column: int) -> int:
+        if column == STAR or column in keys or schema.columns[column].table in said:
+            return column
+        if column not in moved:
+            name = schema.columns[column].name.lower()
+            same = [
+                i
+                for i, c in enumerate(schema.columns)
+                if c.table in said and c.name.lower() == name and i not in keys
+            ]
+            moved[column] = same[0] if len(same) == 1 else column
+        return moved[column]
+
+    def items(found: Iterable[SelectItem]) -> list[SelectItem]:
+        return [SelectItem(i.aggregate, move(i.column)) for i in found]
+
+    new_select = frozenset(items(select))
+    new_slots = Slots(
+        where=tuple(Predicate(move(p.column), p.operator, p.nested) for p in slots.where),
+        where_or=slots.where_or,
+        group_by=frozenset(move(c) for c in slots.group_by),
+        having=tuple(items(slots.having)),
+        order_by=tuple(dict.fromkeys(items(slots.order_by))),
+        limit=slots.limit,
+    )
+    return new_select, new_slots

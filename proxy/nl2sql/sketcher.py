@@ -35,6 +35,7 @@ from proxy.nl2sql.sketch import (
     SelectItem,
     Sketch,
     SketchScores,
+    columns_of_named_tables,
     from_candidates,
     keyword_candidates,
     merge_windows,
@@ -227,8 +228,10 @@ def rank(
     sketches: list[Sketch] = []
     for i in ranked:
         select, chosen = pairs[i][0][0], pairs[i][1][0]
+        pair_slots = slots[chosen]
         if named is not None:
-            group_by = slots[chosen].group_by
+            select, pair_slots = columns_of_named_tables(named[1], named[0], select, pair_slots)
+            group_by = pair_slots.group_by
             spoken = (
                 spoken_aggregates(named[1], named[0], select, group_by)
                 or spoken_select(named[1], named[0], select, group_by)
@@ -237,7 +240,7 @@ def rank(
             select = spoken if spoken is not None else select
         pair_froms = list(froms)
         if named is not None and froms:
-            own = named_tables(named[0], select, slots[chosen], said, froms[0][0])
+            own = named_tables(named[0], select, pair_slots, said, froms[0][0])
             if own is not None:
                 pair_froms = [(own, froms[0][1]), *(f for f in froms if f[0] != own)]
         sketches.extend(
@@ -245,7 +248,7 @@ def rank(
                 select=select,
                 tables=tables,
                 keywords=chosen,
-                slots=slots[chosen],
+                slots=pair_slots,
                 score=float(pair_scores[i] + from_score),
             )
             for tables, from_score in pair_froms

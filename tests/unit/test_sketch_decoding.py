@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.nl2sql.schema import Column, Schema, Table
+from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
 from proxy.nl2sql.sketch import (
     AGGREGATES,
     COLUMN_OUTPUTS,
@@ -32,6 +32,7 @@ from proxy.nl2sql.sketch import (
     SelectItem,
     SketchScores,
     Slots,
+    columns_of_named_tables,
     from_candidates,
     k_best_sets,
     keyword_candidates,
@@ -657,3 +658,53 @@ def test_spoken_aggregate_of(
     question: str, select: frozenset[SelectItem], expected: frozenset[SelectItem] | None
 ) -> None:
     assert spoken_aggregate_of(question, MUSIC, select) == expected
+
+
+# city and country both have a population; city.country_id keys country
+WORLD = Schema(
+    "world",
+    (Table("city"), Table("country")),
+    (
+        Column(0, "id", "number", primary_key=True),
+        Column(0, "name"),
+        Column(0, "population", "number"),
+        Column(0, "country_id", "number"),
+        Column(1, "id", "number", primary_key=True),
+        Column(1, "name"),
+        Column(1, "population", "number"),
+    ),
+    (ForeignKey(3, 4),),
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        # the table named has a column of that name: it is meant
+        ("What are the names of countries with the top 3 largest population?", 6),
+        # the column's own table is named: it stays
+        ("Which cities in countries have the largest population?", 2),
+        # no table named: it stays
+        ("What is the largest population?", 2),
+    ],
+)
+def test_columns_of_named_tables(question: str, expected: int) -> None:
+    select = frozenset({SelectItem("", 5)})
+    slots = Slots(
+        where=(Predicate(2, ">"),),
+        order_by=(SelectItem("", 2), SelectItem("", 6)),
+        group_by=frozenset({2}),
+        limit=3,
+    )
+    moved, moved_slots = columns_of_named_tables(question, WORLD, select, slots)
+    assert moved == select
+    assert moved_slots.where == (Predicate(expected, ">"),)
+    assert moved_slots.group_by == {expected}
+    # one ORDER BY item per column
+    assert moved_slots.order_by == tuple(
+        dict.fromkeys((SelectItem("", expected), SelectItem("", 6)))
+    )
+    assert moved_slots.limit == 3
+    # keys stay: they say how tables join
+    keyed = frozenset({SelectItem("", 0), SelectItem("", 3)})
+    assert columns_of_named_tables(question, WORLD, keyed, Slots())[0] == keyed
