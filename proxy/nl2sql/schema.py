@@ -7,7 +7,9 @@ column by that number and to a table by its position, and `Schema` maps both bac
 
 A natural-language name (`Column.words`, `Table.words`) is what the models read: Spider's
 annotated names where there are some, else the identifier split into lower-case words
-(`home_city` → "home city", `HomeCity` → "home city").
+(`home_city` → "home city", `HomeCity` → "home city"). The sketch stage also splits names run
+together in lower case into words of its tokenizer (`spelled_out`: `surfacearea` → "surface
+area", as an unquoted `SurfaceArea` is stored).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -334,3 +336,55 @@ def catalog_fingerprint(db: Database, *, timeout_s: float | None = 10.0) -> str:
     """
     rows = db.fetch(_FINGERPRINT_SQL, timeout_s=timeout_s)
     return str(rows[0][0])
+
+
+# Words a run-together name is split into besides those of three letters or more.
+_SHORT_WORDS = frozenset({"of", "id", "no", "is", "to", "by", "yn"})
+_MAX_PARTS = 3
+
+
+def _split_word(word: str, vocabulary: frozenset[str]) -> list[str] | None:
+    """A run-together lower-case word as the fewest words of `vocabulary` (at most three,
+    each of three letters or more or a short word like "of"): "surfacearea" -> surface area,
+    "headofstate" -> head of state. None where it is a word itself or has no such split."""
+    singulars = {word, word[:-1] if word.endswith("s") else word, word[:-2] + "y"}
+    if singulars & vocabulary or not word.isalpha() or len(word) < 5:
+        return None  # a word, or the plural of one ("paragraphs")
+    best: list[list[str] | None] = [[]] + [None] * len(word)
+    for end in range(1, len(word) + 1):
+        for start in range(max(0, end - 20), end):
+            part, before = word[start:end], best[start]
+            if before is None or len(before) >= _MAX_PARTS:
+                continue
+            if part in vocabulary and (len(part) >= 3 or part in _SHORT_WORDS):
+                candidate = [*before, part]
+                current = best[end]
+                if current is None or len(candidate) < len(current):
+                    best[end] = candidate
+    found = best[len(word)]
+    return found if found is not None and len(found) > 1 else None
+
+
+def spelled_out(schema: Schema, vocabulary: frozenset[str]) -> Schema:
+    """The schema with run-together names split into words where its names have no words of
+    their own (`Column.words`): a database created with unquoted CamelCase names holds
+    `surfacearea` and `lifeexpectancy`, which the models read best as "surface area" and
+    "life expectancy", as they were trained."""
+
+    def words(label: str) -> str:
+        parts: list[str] = []
+        for word in label.split():
+            parts.extend(_split_word(word, vocabulary) or [word])
+        return " ".join(parts)
+
+    columns = tuple(
+        c if c.words or words(c.label) == c.label else replace(c, words=words(c.label))
+        for c in schema.columns
+    )
+    tables = tuple(
+        t if t.words or words(t.label) == t.label else replace(t, words=words(t.label))
+        for t in schema.tables
+    )
+    if columns == schema.columns and tables == schema.tables:
+        return schema
+    return replace(schema, tables=tables, columns=columns)

@@ -30,7 +30,7 @@ import onnxruntime as ort
 from proxy.config import ConfigError, RuntimeSettings, SketchSettings
 from proxy.nl2sql.aligner import Aligner, FloatArray, pair_text
 from proxy.nl2sql.encoding import WindowEncoder, batch
-from proxy.nl2sql.schema import Schema
+from proxy.nl2sql.schema import Schema, spelled_out
 from proxy.nl2sql.sketch import (
     SelectItem,
     Sketch,
@@ -98,6 +98,10 @@ class Sketcher:
         self._session = sketch_session
         self._aligner = aligner
         self._encoder = encoder
+        # whole words of the tokenizer's vocabulary: run-together names are split into them
+        self._vocabulary = frozenset(
+            w for w in encoder.tokenizer.get_vocab() if w.isalpha() and w.islower()
+        )
         self.provider = sketch_session.get_providers()[0]
 
     @classmethod
@@ -177,6 +181,7 @@ class Sketcher:
                 f"schema {schema.name!r} has no column this role may read: there is nothing to "
                 "ask about (check the role's grants)"
             )
+        schema = spelled_out(schema, self._vocabulary)
         settings = self.settings
         scores = self.scores(question, schema)
         selects = select_candidates(scores, settings.select_k, schema)

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table, load_spider_schemas
+from proxy.nl2sql.schema import (
+    Column,
+    ForeignKey,
+    Schema,
+    Table,
+    load_spider_schemas,
+    spelled_out,
+)
 from proxy.nl2sql.serialize import Window, neighbourhood_order, serialize, windows
 from proxy.nl2sql.sketch import STAR
 
@@ -244,3 +251,42 @@ def _check_window(schema: Schema, window: Window) -> None:
     ]
     assert keys == expected, name
     assert all(a in visible and b in visible for a, b in keys), name
+
+
+VOCABULARY = frozenset(
+    {"surface", "area", "head", "of", "state", "pet", "type", "id", "paragraph", "country"}
+)
+
+
+def test_spelled_out_splits_run_together_names_into_words() -> None:
+    schema = Schema(
+        "world",
+        (Table("country"), Table("headofstate"), Table("paragraphs")),
+        (
+            Column(0, "surfacearea", "real"),
+            Column(0, "petid", "integer"),
+            Column(0, "pettype"),
+            Column(0, "SurfaceArea"),  # CamelCase is split already
+            Column(0, "countryx"),  # no split into words: left alone
+            Column(0, "areaarea", words="given words"),  # words of its own: kept
+            Column(1, "id", "integer"),
+            Column(2, "id", "integer"),
+        ),
+    )
+    spelled = spelled_out(schema, VOCABULARY)
+    assert [c.label for c in spelled.columns] == [
+        "surface area",
+        "pet id",
+        "pet type",
+        "surface area",
+        "countryx",
+        "given words",
+        "id",
+        "id",
+    ]
+    # a plural of a word is a word ("paragraphs"), not "para graphs"
+    assert [t.label for t in spelled.tables] == ["country", "head of state", "paragraphs"]
+    assert [c.name for c in spelled.columns] == [c.name for c in schema.columns]
+    # nothing to split: the same schema
+    plain = Schema("plain", (Table("country"),), (Column(0, "area"),))
+    assert spelled_out(plain, VOCABULARY) is plain
