@@ -598,7 +598,10 @@ def columns_of_named_tables(
     """`select` and `slots` with each column of a table the question does not name moved to
     the column of the same name in the one table it names that has it: "the names of countries
     with the top 3 largest population" orders by country.population, not city.population.
-    Keys (primary, foreign or implicit) stay where they are: they say how tables join."""
+    Likewise a column that is alone in its table moves to the column of its name in a table
+    the other columns use ("the population and life expectancy in Brazil": country's, not
+    city's). Keys (primary, foreign or implicit) stay where they are: they say how tables
+    join."""
     from proxy.nl2sql.complete_plm import implicit_keys  # here: completion imports this module
 
     said = tables_named_in(question, schema)
@@ -619,6 +622,34 @@ def columns_of_named_tables(
             ]
             moved[column] = same[0] if len(same) == 1 else column
         return moved[column]
+
+    used = {
+        *(i.column for i in (*select, *slots.having, *slots.order_by)),
+        *(p.column for p in slots.where),
+        *slots.group_by,
+    } - {STAR}
+    for column in used:
+        move(column)
+    # A column alone in its table, where a table the other columns use has one of that name:
+    # "the population and life expectancy in Brazil" is the country's population.
+    placed = {moved.get(c, c) for c in used}
+    shown = {i.column for i in select}
+    for column in used:
+        if moved.get(column, column) != column or column in keys:
+            continue
+        table = schema.columns[column].table
+        if any(schema.columns[c].table == table for c in placed - {column}):
+            continue
+        others = {schema.columns[c].table for c in placed - {column}}
+        name = schema.columns[column].name.lower()
+        same = [
+            i
+            for i, c in enumerate(schema.columns)
+            if c.table in others and c.name.lower() == name and i not in keys
+        ]
+        if len(same) == 1 and same[0] not in shown:  # not onto a column already shown
+            moved[column] = same[0]
+            placed = (placed - {column}) | {same[0]}
 
     def items(found: Iterable[SelectItem]) -> list[SelectItem]:
         return [SelectItem(i.aggregate, move(i.column)) for i in found]

@@ -684,8 +684,8 @@ WORLD = Schema(
         ("What are the names of countries with the top 3 largest population?", 6),
         # the column's own table is named: it stays
         ("Which cities in countries have the largest population?", 2),
-        # no table named: it stays
-        ("What is the largest population?", 2),
+        # no table named: alone in city, it moves to country, which the SELECT reads
+        ("What is the largest population?", 6),
     ],
 )
 def test_columns_of_named_tables(question: str, expected: int) -> None:
@@ -708,3 +708,14 @@ def test_columns_of_named_tables(question: str, expected: int) -> None:
     # keys stay: they say how tables join
     keyed = frozenset({SelectItem("", 0), SelectItem("", 3)})
     assert columns_of_named_tables(question, WORLD, keyed, Slots())[0] == keyed
+
+
+def test_a_column_with_company_in_its_table_stays() -> None:
+    # city.population beside city.name: city is read for two columns, so both stay
+    select = frozenset({SelectItem("", 1), SelectItem("", 5)})
+    slots = Slots(order_by=(SelectItem("", 2),))
+    assert columns_of_named_tables("Which is largest?", WORLD, select, slots) == (select, slots)
+    # alone, it moves to the table the other columns read
+    alone = frozenset({SelectItem("", 5)})
+    moved = columns_of_named_tables("Which is largest?", WORLD, alone, slots)[1]
+    assert moved.order_by == (SelectItem("", 6),)
