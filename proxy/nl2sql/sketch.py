@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -664,3 +664,42 @@ def columns_of_named_tables(
         limit=slots.limit,
     )
     return new_select, new_slots
+
+
+_SUPERLATIVE = re.compile(
+    r"\b(?:largest|smallest|highest|lowest|biggest|greatest|shortest|longest|most|least|fewest)"
+    r"\s+((?:\w+\s*){1,4})",
+    re.IGNORECASE,
+)
+
+
+def spoken_order(
+    question: str, schema: Schema, select: frozenset[SelectItem], slots: Slots
+) -> Slots:
+    """`slots` ordered by the column the question's superlative names, where the sketch orders
+    by one plain column and the question names another: "the country with the largest area"
+    orders by surfacearea, not population. The column is one of a table the sketch reads."""
+    if len(slots.order_by) != 1 or slots.order_by[0].aggregate or slots.order_by[0].column == STAR:
+        return slots
+    match = _SUPERLATIVE.search(question)
+    if match is None:
+        return slots
+    phrase: list[str] = []
+    for word in _QUESTION_WORD.findall(match[1].lower()):
+        if word in _LEADING_FILLER and not phrase:
+            continue
+        if word in _PHRASE_END:
+            break
+        phrase.append(word)
+    current = slots.order_by[0].column
+    read = {schema.columns[i.column].table for i in select if i.column != STAR}
+    read.add(schema.columns[current].table)
+
+    def near(column: int) -> int:
+        return sum(any(_word_match(w, s) for s in phrase) for w in _own_words(schema, column))
+
+    candidates = [i for i, c in enumerate(schema.columns) if c.table in read]
+    best = max(candidates, key=near, default=current)
+    if near(best) == 0 or near(current) >= near(best):
+        return slots
+    return replace(slots, order_by=(SelectItem("", best),))

@@ -44,6 +44,7 @@ from proxy.nl2sql.sketch import (
     slots_for,
     spoken_aggregate_of,
     spoken_aggregates,
+    spoken_order,
     spoken_select,
     tables_named_in,
 )
@@ -236,6 +237,7 @@ def rank(
         pair_slots = slots[chosen]
         if named is not None:
             select, pair_slots = columns_of_named_tables(named[1], named[0], select, pair_slots)
+            pair_slots = spoken_order(named[1], named[0], select, pair_slots)
             group_by = pair_slots.group_by
             spoken = (
                 spoken_aggregates(named[1], named[0], select, group_by)

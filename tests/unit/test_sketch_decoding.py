@@ -1,12 +1,14 @@
 """Decoding the sketch model's logits: the k most probable item sets (against brute force), the
 clause rules keyword sets obey, SELECT/FROM/KEYWORDS candidates, slots, merging windows, and the
-FROM a pair's own columns call for."""
+FROM a pair's own columns call for, and the repairs the question's own words make to a sketch
+(the aggregates, columns and order it spells out, the tables it names)."""
 
 from __future__ import annotations
 
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -43,6 +45,7 @@ from proxy.nl2sql.sketch import (
     slots_for,
     spoken_aggregate_of,
     spoken_aggregates,
+    spoken_order,
     spoken_select,
     tables_named_in,
     valid_keywords,
@@ -719,3 +722,43 @@ def test_a_column_with_company_in_its_table_stays() -> None:
     alone = frozenset({SelectItem("", 5)})
     moved = columns_of_named_tables("Which is largest?", WORLD, alone, slots)[1]
     assert moved.order_by == (SelectItem("", 6),)
+
+
+# country with a surface area beside its population
+AREAS = Schema(
+    "world",
+    (Table("country"),),
+    (
+        Column(0, "name"),
+        Column(0, "population", "number"),
+        Column(0, "surfacearea", "number", words="surface area"),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "order_by", "expected"),
+    [
+        # the superlative names another column than the sketch orders by
+        ("Which country has the largest area?", SelectItem("", 1), SelectItem("", 2)),
+        (
+            "Name the 3 countries with the smallest surface area.",
+            SelectItem("", 1),
+            SelectItem("", 2),
+        ),
+        # it names the sketch's own column, or none
+        ("Which country has the largest population?", SelectItem("", 1), SelectItem("", 1)),
+        ("Which country is the most recent?", SelectItem("", 1), SelectItem("", 1)),
+        ("List the countries by area.", SelectItem("", 1), SelectItem("", 1)),
+        # an aggregate is left alone
+        (
+            "Which country has the largest area?",
+            SelectItem("count", STAR),
+            SelectItem("count", STAR),
+        ),
+    ],
+)
+def test_spoken_order(question: str, order_by: SelectItem, expected: SelectItem) -> None:
+    slots = Slots(order_by=(order_by,), limit=1)
+    select = frozenset({SelectItem("", 0)})
+    assert spoken_order(question, AREAS, select, slots) == replace(slots, order_by=(expected,))
