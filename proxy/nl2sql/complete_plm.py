@@ -121,6 +121,7 @@ database as SQL.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import re
@@ -368,7 +369,8 @@ def _column_words(column: Column) -> list[str]:
     return words
 
 
-def implicit_keys(schema: Schema) -> list[ForeignKey]:
+@functools.lru_cache(maxsize=64)
+def implicit_keys(schema: Schema) -> tuple[ForeignKey, ...]:
     """Columns that look like undeclared foreign keys, of the same kind (numeric or not) as the
     column they point to, only between tables that no declared key joins; the first found for
     a pair of tables wins, in this order:
@@ -476,10 +478,10 @@ def implicit_keys(schema: Schema) -> list[ForeignKey]:
                 add(index, primary[0])
                 if len(found) > before:
                     joined.add(frozenset((column.table, table)))
-    return [
+    return (
         *sorted(found[:first], key=lambda k: (k.column, k.referenced)),
         *sorted(found[first:], key=lambda k: (k.column, k.referenced)),
-    ]
+    )
 
 
 def _implicit_links(schema: Schema, declared: dict[tuple[int, int], _Link]) -> list[_Link]:

@@ -593,7 +593,11 @@ def spoken_aggregate_of(
 
 
 def columns_of_named_tables(
-    question: str, schema: Schema, select: frozenset[SelectItem], slots: Slots
+    question: str,
+    schema: Schema,
+    select: frozenset[SelectItem],
+    slots: Slots,
+    said: frozenset[int] | None = None,
 ) -> tuple[frozenset[SelectItem], Slots]:
     """`select` and `slots` with each column of a table the question does not name moved to
     the column of the same name in the one table it names that has it: "the names of countries
@@ -601,10 +605,10 @@ def columns_of_named_tables(
     Likewise a column that is alone in its table moves to the column of its name in a table
     the other columns use ("the population and life expectancy in Brazil": country's, not
     city's). Keys (primary, foreign or implicit) stay where they are: they say how tables
-    join."""
+    join. `said`: `tables_named_in(question, schema)`, where the caller has it."""
     from proxy.nl2sql.complete_plm import implicit_keys  # here: completion imports this module
 
-    said = tables_named_in(question, schema)
+    said = tables_named_in(question, schema) if said is None else said
     keys = {k.column for k in (*schema.foreign_keys, *implicit_keys(schema))} | {
         i for i, c in enumerate(schema.columns) if c.primary_key
     }

@@ -236,7 +236,9 @@ def rank(
         select, chosen = pairs[i][0][0], pairs[i][1][0]
         pair_slots = slots[chosen]
         if named is not None:
-            select, pair_slots = columns_of_named_tables(named[1], named[0], select, pair_slots)
+            select, pair_slots = columns_of_named_tables(
+                named[1], named[0], select, pair_slots, said
+            )
             pair_slots = spoken_order(named[1], named[0], select, pair_slots)
             group_by = pair_slots.group_by
             spoken = (
