@@ -448,22 +448,34 @@ def _pattern_matches(index: ValueLookup, column: ColumnRef, core: str, *, fold_c
 # ---------------------------------------------------------------- a table left behind
 
 
-def _nodes(
-    node: object, kind: type[ast.Node] | UnionType, skip: object = None
+def one_select(sql: str) -> ast.SelectStmt | None:
+    """The syntax tree of `sql` when it is one plain SELECT (no UNION, INTERSECT or EXCEPT at
+    its top), else None (several statements, another statement, or no parse)."""
+    try:
+        statements = parse_sql(sql)
+    except ParseError:
+        return None
+    select = statements[0].stmt if len(statements) == 1 else None
+    return select if isinstance(select, ast.SelectStmt) and select.larg is None else None
+
+
+def nodes_of(
+    node: object, kind: type[ast.Node] | UnionType, skip: object = None, *, inside: bool = False
 ) -> Iterator[ast.Node]:
-    """Every node of a kind under a node (not inside one of that kind), not looking into
-    `skip`."""
+    """Every node of a kind under a node, not looking into `skip`; with `inside`, also those
+    inside one of that kind (`count(*)` in `coalesce(count(*), 0)`)."""
     if node is skip:
         return
     if isinstance(node, kind):
         yield node
-        return
+        if not inside:
+            return
     if isinstance(node, tuple | list):
         for item in node:
-            yield from _nodes(item, kind, skip)
+            yield from nodes_of(item, kind, skip, inside=inside)
     elif isinstance(node, ast.Node):
         for name in node:
-            yield from _nodes(getattr(node, name), kind, skip)
+            yield from nodes_of(getattr(node, name), kind, skip, inside=inside)
 
 
 def without_join(sql: str, table: str) -> str | None:
@@ -473,12 +485,8 @@ def without_join(sql: str, table: str) -> str | None:
     song.title). None where the query is not one SELECT whose FROM is a tree of inner joins
     with ON conditions, the table is read more than once, a column is not qualified, or
     anything else refers to it."""
-    try:
-        statements = parse_sql(sql)
-    except ParseError:
-        return None
-    select = statements[0].stmt if len(statements) == 1 else None
-    if not isinstance(select, ast.SelectStmt) or select.larg is not None:
+    select = one_select(sql)
+    if select is None:
         return None
     sources = select.fromClause or ()
     if len(sources) != 1 or not isinstance(sources[0], ast.JoinExpr):
@@ -501,7 +509,7 @@ def without_join(sql: str, table: str) -> str | None:
         return None
     read = [
         r
-        for r in _nodes(select, ast.RangeVar)
+        for r in nodes_of(select, ast.RangeVar)
         if isinstance(r, ast.RangeVar) and r.relname == table
     ]
     if len(read) != 1 or not any(read[0] is leaf for leaf in leaves):
@@ -511,7 +519,7 @@ def without_join(sql: str, table: str) -> str | None:
     join = next((j for j in joins if leaf is j.larg or leaf is j.rarg), None)
     if join is None:
         return None
-    for ref in _nodes(select, ast.ColumnRef | ast.A_Star, skip=join.quals):
+    for ref in nodes_of(select, ast.ColumnRef | ast.A_Star, skip=join.quals):
         parts = _column_parts(ref) if isinstance(ref, ast.ColumnRef) else None
         if parts is None or parts[0] is None or parts[0] == qualifier:
             return None  # `*`, `t.*`, an unqualified column, or the table itself

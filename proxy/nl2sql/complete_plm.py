@@ -403,9 +403,7 @@ def implicit_keys(schema: Schema) -> tuple[ForeignKey, ...]:
             found.append(ForeignKey(column=column, referenced=referenced))
 
     # 1 and 2
-    primaries = [
-        [i for i in indexes if schema.columns[i].primary_key] for indexes in schema.table_columns
-    ]
+    primaries = [schema.primary_key(table) for table in range(len(schema.tables))]
     for table, primary in enumerate(primaries):
         names = {words_of(schema.tables[table].name).replace(" ", "_")}
         names |= {name[:-1] for name in names if name.endswith("s")}
@@ -1083,9 +1081,8 @@ def _by_shown_reference(schema: Schema, group: list[int], shown: list[int]) -> l
     regrouped: list[int] = []
     for column in group:
         table = schema.columns[column].table
-        own_key = [c for c in schema.table_columns[table] if schema.columns[c].primary_key]
         shown_reference = [c for c in shown if c in references and schema.columns[c].table == table]
-        if own_key == [column] and shown_reference:
+        if schema.primary_key(table) == (column,) and shown_reference:
             regrouped.extend(c for c in shown_reference if c not in regrouped)
         elif column not in regrouped:
             regrouped.append(column)
@@ -1307,7 +1304,7 @@ def _counted_table(sketch: Sketch, schema: Schema, question: str) -> Sketch:
     if len(counted) != 1:
         return sketch
     (table,) = counted
-    keys = [i for i, c in enumerate(schema.columns) if c.table == table and c.primary_key]
+    keys = schema.primary_key(table)
     if len(keys) != 1:
         return sketch
     return replace(

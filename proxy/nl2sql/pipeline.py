@@ -45,9 +45,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from pglast import ast, parse_sql
+from pglast import ast
 from pglast.enums import A_Expr_Kind, BoolExprType
-from pglast.parser import ParseError
 
 from proxy.config import Settings
 from proxy.nl2sql.answer import Answer, AnswerError, TraceRow
@@ -56,6 +55,8 @@ from proxy.nl2sql.calibrate import (
     DatabaseCatalog,
     best_match,
     calibrate,
+    nodes_of,
+    one_select,
     without_join,
 )
 from proxy.nl2sql.complete_plm import (
@@ -264,7 +265,7 @@ def anti_join(sketch: Sketch, schema: Schema, question: str) -> Sketch | None:
     if len(shown) != 1:
         return None
     (table,) = shown
-    keys = [i for i, c in enumerate(schema.columns) if c.table == table and c.primary_key]
+    keys = schema.primary_key(table)
     if len(keys) != 1:
         return None
     related = {
@@ -287,12 +288,8 @@ def counts_single_rows(sql: str, schema: Schema) -> bool:
     (`SELECT name FROM museum GROUP BY museum_id ORDER BY count(*) DESC LIMIT 1`): every group
     is one row, so the count is 1 and says nothing; the question counts rows of another
     table ("the museum that has the most staff")."""
-    try:
-        statements = parse_sql(sql)
-    except ParseError:
-        return False
-    select = statements[0].stmt if len(statements) == 1 else None
-    if not isinstance(select, ast.SelectStmt) or select.larg is not None:
+    select = one_select(sql)
+    if select is None:
         return False
     sources = select.fromClause or ()
     if len(sources) != 1 or not isinstance(sources[0], ast.RangeVar) or not select.groupClause:
@@ -301,41 +298,25 @@ def counts_single_rows(sql: str, schema: Schema) -> bool:
         table = schema.table_index(str(sources[0].relname))
     except KeyError:
         return False
-    key = {c.name.lower() for c in schema.columns if c.table == table and c.primary_key}
+    key = {schema.columns[c].name.lower() for c in schema.primary_key(table)}
     grouped = {
         str(g.fields[-1].sval).lower()
         for g in select.groupClause
         if isinstance(g, ast.ColumnRef) and g.fields and isinstance(g.fields[-1], ast.String)
     }
     counts = any(
-        tuple(n.sval for n in f.funcname or ()) == ("count",) for f in _function_calls(select)
+        isinstance(f, ast.FuncCall) and tuple(n.sval for n in f.funcname or ()) == ("count",)
+        for f in nodes_of(select, ast.FuncCall, inside=True)
     )
     return bool(key) and key <= grouped and counts
-
-
-def _function_calls(node: object) -> Iterator[ast.FuncCall]:
-    if isinstance(node, ast.FuncCall):
-        yield node
-    if isinstance(node, tuple | list):
-        for item in node:
-            yield from _function_calls(item)
-    elif isinstance(node, ast.Node):
-        for name in node:
-            yield from _function_calls(getattr(node, name))
 
 
 def echoes_its_value(sql: str) -> bool:
     """Whether the query shows one plain column that its WHERE sets equal to a constant
     (`SELECT abbreviation FROM airlines WHERE abbreviation = 'UAL'`): every row it returns is
     the question's own value, so it answers nothing the question did not say."""
-    try:
-        statements = parse_sql(sql)
-    except ParseError:
-        return False
-    if len(statements) != 1:
-        return False
-    select = statements[0].stmt
-    if not isinstance(select, ast.SelectStmt) or select.larg is not None:
+    select = one_select(sql)
+    if select is None:
         return False
     targets = select.targetList or ()
     if len(targets) != 1 or not isinstance(targets[0].val, ast.ColumnRef):

@@ -108,6 +108,10 @@ class Schema:
             grouped[column.table].append(index)
         return tuple(tuple(group) for group in grouped)
 
+    def primary_key(self, table: int) -> tuple[int, ...]:
+        """The global indexes of a table's primary-key columns (none where it has no key)."""
+        return tuple(c for c in self.table_columns[table] if self.columns[c].primary_key)
+
     @cached_property
     def table_edges(self) -> tuple[tuple[int, int], ...]:
         """Pairs of tables joined by a foreign key (referencing table, referenced table)."""
