@@ -465,8 +465,7 @@ def spoken_aggregates(
     named = [item.column for item in select if item.column != STAR]
 
     def said_score(column: int) -> tuple[int, int, int]:
-        own = _own_words(schema, column)
-        near = sum(any(_word_match(w, s) for s in following) for w in own)
+        near = _naming(schema, column, following)
         words = schema.columns[column].label.lower().split()
         anywhere = sum(w in said for w in words if w not in _FILLER_WORDS)
         return near, int(column in named), anywhere
@@ -522,18 +521,14 @@ def spoken_select(
             break
         if words[:3] == ["total", "number", "of"]:
             return None  # a count ("the total number of airlines")
-        phrase: list[str] = []
-        for word in words[1:]:
-            if word in _LEADING_FILLER and not phrase:
-                continue
-            if word in _PHRASE_END or len(phrase) == _AGGREGATE_WINDOW:
-                break
-            phrase.append(word)
+        phrase = _phrase(words[1:])
 
         def score(column: int, phrase: list[str] = phrase) -> tuple[int, bool, bool]:
-            own = _own_words(schema, column)
-            near = sum(any(_word_match(w, s) for s in phrase) for w in own)
-            return near, column in named, schema.columns[column].table in read
+            return (
+                _naming(schema, column, phrase),
+                column in named,
+                schema.columns[column].table in read,
+            )
 
         best = max(range(len(schema.columns)), key=score, default=None)
         if best is None or score(best)[0] == 0:
@@ -543,6 +538,25 @@ def spoken_select(
         return None
     kept = {item for item in select if not item.aggregate and item.column in group_by}
     return frozenset({*kept, *items})
+
+
+def _phrase(words: Iterable[str], stop: Iterable[str] = ()) -> list[str]:
+    """The words that name a column after a cue ("maximum", "largest"): leading filler ("the
+    number of") skipped, up to a word like "in", "of" or "for" (or one of `stop`), at most
+    `_AGGREGATE_WINDOW` of them."""
+    phrase: list[str] = []
+    for word in words:
+        if word in _LEADING_FILLER and not phrase:
+            continue
+        if word in _PHRASE_END or word in stop or len(phrase) == _AGGREGATE_WINDOW:
+            break
+        phrase.append(word)
+    return phrase
+
+
+def _naming(schema: Schema, column: int, phrase: Sequence[str]) -> int:
+    """How many of a column's own words (`_own_words`) the phrase says."""
+    return sum(any(_word_match(w, s) for s in phrase) for w in _own_words(schema, column))
 
 
 def _own_words(schema: Schema, column: int) -> list[str]:
@@ -569,21 +583,8 @@ def spoken_aggregate_of(
     for at, word in enumerate(words):
         if word not in _SPOKEN_AGGREGATE or words[at : at + 3] == ["total", "number", "of"]:
             continue
-        phrase: list[str] = []
-        for after in words[at + 1 :]:
-            if after in _LEADING_FILLER and not phrase:
-                continue
-            if (
-                after in _PHRASE_END
-                or after in _SPOKEN_AGGREGATE
-                or len(phrase) == _AGGREGATE_WINDOW
-            ):
-                break
-            phrase.append(after)
-        scores = {
-            column: sum(any(_word_match(w, s) for s in phrase) for w in _own_words(schema, column))
-            for column in aggregated
-        }
+        phrase = _phrase(words[at + 1 :], stop=_SPOKEN_AGGREGATE)
+        scores = {column: _naming(schema, column, phrase) for column in aggregated}
         best = max(scores, key=lambda c: scores[c])
         if scores[best] and sum(1 for v in scores.values() if v == scores[best]) == 1:
             changed[best] = SelectItem(_SPOKEN_AGGREGATE[word], best)
@@ -688,19 +689,13 @@ def spoken_order(
     match = _SUPERLATIVE.search(question)
     if match is None:
         return slots
-    phrase: list[str] = []
-    for word in _QUESTION_WORD.findall(match[1].lower()):
-        if word in _LEADING_FILLER and not phrase:
-            continue
-        if word in _PHRASE_END:
-            break
-        phrase.append(word)
+    phrase = _phrase(_QUESTION_WORD.findall(match[1].lower()))
     current = slots.order_by[0].column
     read = {schema.columns[i.column].table for i in select if i.column != STAR}
     read.add(schema.columns[current].table)
 
     def near(column: int) -> int:
-        return sum(any(_word_match(w, s) for s in phrase) for w in _own_words(schema, column))
+        return _naming(schema, column, phrase)
 
     candidates = [i for i, c in enumerate(schema.columns) if c.table in read]
     best = max(candidates, key=near, default=current)
