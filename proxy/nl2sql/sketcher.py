@@ -17,6 +17,7 @@ a `Sketcher` is thread-safe (ONNX Runtime sessions may run concurrently).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -99,9 +100,13 @@ class Sketcher:
         self._session = sketch_session
         self._aligner = aligner
         self._encoder = encoder
-        # whole words of the tokenizer's vocabulary: run-together names are split into them
-        self._vocabulary = frozenset(
+        # whole words of the tokenizer's vocabulary: run-together names are split into them,
+        # once per schema asked about (the pipeline keeps its schema while the catalog stands)
+        vocabulary = frozenset(
             w for w in encoder.tokenizer.get_vocab() if w.isalpha() and w.islower()
+        )
+        self._spelled_out = functools.lru_cache(maxsize=128)(
+            functools.partial(spelled_out, vocabulary=vocabulary)
         )
         self.provider = sketch_session.get_providers()[0]
 
@@ -182,7 +187,7 @@ class Sketcher:
                 f"schema {schema.name!r} has no column this role may read: there is nothing to "
                 "ask about (check the role's grants)"
             )
-        schema = spelled_out(schema, self._vocabulary)
+        schema = self._spelled_out(schema)
         settings = self.settings
         scores = self.scores(question, schema)
         selects = select_candidates(scores, settings.select_k, schema)
