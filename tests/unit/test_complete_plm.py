@@ -176,6 +176,29 @@ CASES = (
         having=("count(*)",),
     ),
     Case(
+        "Which stadiums hosted at least 2 concerts? (grouped by the stadium's name)",
+        ("stadium.name",),
+        ("stadium", "concert"),
+        # two stadiums may share a name: the groups are the stadiums, by their key
+        "SELECT t1.name FROM stadium AS t1 JOIN concert AS t2 ON t1.stadium_id = t2.stadium_id"
+        " GROUP BY t1.stadium_id, t1.name HAVING count(*) >= 2",
+        keywords=("group by", "having"),
+        group_by=("stadium.name",),
+        having=("count(*)",),
+    ),
+    Case(
+        "Which locations hosted at least 2 concerts?",
+        ("stadium.location",),
+        ("stadium", "concert"),
+        # a location names no row of stadium: the groups stay the locations
+        "SELECT t1.location FROM stadium AS t1"
+        " JOIN concert AS t2 ON t1.stadium_id = t2.stadium_id"
+        " GROUP BY t1.location HAVING count(*) >= 2",
+        keywords=("group by", "having"),
+        group_by=("stadium.location",),
+        having=("count(*)",),
+    ),
+    Case(
         "How many concerts per theme, by the stadium's location?",
         ("stadium.location", "count(*)"),
         ("stadium", "concert"),
