@@ -55,7 +55,8 @@ sketch does not say:
   `text = integer`). The question's words overrule the slot head's operator where they contradict
   it: a number after "less than" is compared with <, even if the head said >, and a value a few
   words after "not" ("other than", "except") with != instead of = (+1.1 points in execution on a
-  fifth of Spider dev).
+  fifth of Spider dev), and with NOT LIKE where the head said LIKE; a value after "contains",
+  "substring" or "the letter" is matched with LIKE where the head said =.
 - A single numeric comparison (>, <, >=, <=) becomes BETWEEN when the question says "between
   5000 and 10000" or "1 to 2".
 - `col = value` where the question says "value or other" and `other` is a literal of the same
@@ -961,7 +962,7 @@ def _where_clause(query: _Query) -> str:
                 bounds = sorted(values, key=lambda v: float(v.value))
             low, high = (_value(v, target) for v in bounds)
             conditions.append(f"{name} BETWEEN {low} AND {high}")
-        elif predicate.operator in ("like", "not like"):
+        elif said in ("like", "not like"):
             conditions.append(f"{name} {operator} {_value(values[0], target, pattern=True)}")
         elif predicate.operator in ("in", "not in"):
             conditions.append(f"{name} {operator} ({_value(values[0], target)})")
@@ -1004,10 +1005,16 @@ def _or_partner(query: _Query, predicate: Predicate, values: Sequence[Literal]) 
 _NEGATION = re.compile(r"\b(?:not|n't|other than|except|excluding|never)\b[^,.;?]{0,25}$", re.I)
 
 
+_CONTAINS = re.compile(
+    r"\b(?:contains?|containing|substring|includes?|including|letters?)\b[^,.;?]{0,20}$", re.I
+)
+
+
 def _cued_operator(question: str, operator: str, literal: Literal) -> str:
     """The operator the question's words say around the literal, where they contradict the
     slot's: a number after "less than" is compared with <, whatever direction the slot head
-    chose; a value after "not" is compared with !=."""
+    chose; a value after "not" is compared with != (NOT LIKE where the slot said LIKE); a value
+    after "contains", "substring" or "the letter" with LIKE."""
     span = _find_span(question, literal)
     if span is None:
         return operator
@@ -1019,8 +1026,11 @@ def _cued_operator(question: str, operator: str, literal: Literal) -> str:
         if cue in comparisons and (operator in comparisons or operator == "="):
             return cue
         return operator
-    if operator == "=" and _NEGATION.search(question[: span[0]]):
-        return "!="
+    before = question[: span[0]]
+    if operator in ("=", "like") and _NEGATION.search(before):
+        return "!=" if operator == "=" else "not like"
+    if operator == "=" and _CONTAINS.search(before):
+        return "like"
     return operator
 
 

@@ -226,6 +226,24 @@ CASES = (
         where=(("singer.country", "="),),
     ),
     Case(
+        'Which singers are not from "France"?',
+        ("singer.name",),
+        ("singer",),
+        # the slot head said LIKE: the "not" still holds
+        "SELECT name FROM singer WHERE country NOT ILIKE '%France%'",
+        keywords=("where",),
+        where=(("singer.country", "like"),),
+    ),
+    Case(
+        "Which singers have a name that contains the letter 'e'?",
+        ("singer.name",),
+        ("singer",),
+        # the slot head said =: "contains the letter" is a pattern
+        "SELECT name FROM singer WHERE name ILIKE '%e%'",
+        keywords=("where",),
+        where=(("singer.name", "="),),
+    ),
+    Case(
         "Which singers are from 'France', not older than 40?",
         ("singer.name",),
         ("singer",),
