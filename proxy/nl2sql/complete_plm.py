@@ -276,19 +276,8 @@ def _number_text(value: int | float) -> str:
     return repr(value)
 
 
-_NUMERIC_TYPE = re.compile(
-    r"^(number|int|integer|bigint|smallint|tinyint|mediumint|int[248]|numeric|decimal|real"
-    r"|double precision|double|float[48]?|serial|bigserial|smallserial|money)\b",
-    re.IGNORECASE,
-)
-
-
 _TEXT_TYPE = re.compile(r"\s*(?:text|varchar|character varying|char|character|bpchar)\b", re.I)
 _NUMBER_PATTERN = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
-
-
-def _numeric(column: Column) -> bool:
-    return bool(_NUMERIC_TYPE.match(column.type.strip()))
 
 
 def _as_number(text: str) -> int | float | None:
@@ -401,8 +390,8 @@ def implicit_keys(schema: Schema) -> tuple[ForeignKey, ...]:
 
     def add(column: int, referenced: int) -> None:
         pair = frozenset((schema.columns[column].table, schema.columns[referenced].table))
-        if pair not in joined and _numeric(schema.columns[column]) == _numeric(
-            schema.columns[referenced]
+        if pair not in joined and schema.columns[column].numeric == (
+            schema.columns[referenced].numeric
         ):
             found.append(ForeignKey(column=column, referenced=referenced))
 
@@ -455,7 +444,7 @@ def implicit_keys(schema: Schema) -> tuple[ForeignKey, ...]:
             i
             for i in indexes
             if schema.columns[i].name.lower() == column.name.lower()
-            and _numeric(schema.columns[i]) == _numeric(column)
+            and schema.columns[i].numeric == column.numeric
         ]
         primary = primaries[tables[0]]
         pointed = namesakes[0] if namesakes else (primary[0] if len(primary) == 1 else None)
@@ -732,13 +721,13 @@ def _value(literal: Literal, column: Column, *, pattern: bool = False) -> str:
         return _string_constant(text if "%" in text else f"%{text}%")
     if isinstance(literal.value, str):
         return _string_constant(literal.value)
-    if _numeric(column) and math.isfinite(literal.value):
+    if column.numeric and math.isfinite(literal.value):
         return _number_text(literal.value)
     return _string_constant(_number_text(literal.value))
 
 
 def _preferred_kind(predicate: Predicate, column: Column) -> str | None:
-    if _numeric(column):
+    if column.numeric:
         return "number"
     if predicate.operator in ("=", "!=", "like", "not like", "in", "not in"):
         return "string"
@@ -748,7 +737,7 @@ def _preferred_kind(predicate: Predicate, column: Column) -> str | None:
 def _can_mean(literal: Literal, column: Column) -> bool:
     """Whether a literal of the other kind can still be a value of `column`."""
     if literal.kind == "number":
-        return not _numeric(column)
+        return not column.numeric
     return _as_number(str(literal.value)) is not None
 
 
@@ -1041,7 +1030,7 @@ def _compared_with_average(question: str, predicate: Predicate, column: Column) 
     """For a comparison on a numeric column that found no value: the operator of "below the
     average", "higher than average" (the cue before the word, else the slot's), or None when the
     question compares with no average."""
-    if predicate.operator not in _COMPARISONS or not _numeric(column):
+    if predicate.operator not in _COMPARISONS or not column.numeric:
         return None
     match = _AVERAGE.search(question)
     if match is None:
@@ -1288,7 +1277,7 @@ def _spoken_range(
         for i, p in enumerate(where)
         if not p.nested
         and p.operator in (">", "<", ">=", "<=")
-        and _numeric(schema.columns[p.column])
+        and schema.columns[p.column].numeric
     ]
     if len(comparisons) != 1:
         return sketch

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _SEPARATORS = re.compile(r"[_\W]+")
+_NUMERIC_TYPE = re.compile(
+    r"^(number|int|integer|bigint|smallint|tinyint|mediumint|int[248]|numeric|decimal|real"
+    r"|double precision|double|float[48]?|serial|bigserial|smallserial|money)\b",
+    re.IGNORECASE,
+)
 
 
 def words_of(identifier: str) -> str:
@@ -50,6 +55,12 @@ class Column:
     def label(self) -> str:
         """The words the models read for this column."""
         return self.words or words_of(self.name)
+
+    @property
+    def numeric(self) -> bool:
+        """Whether the column's type holds numbers (PostgreSQL's, or SQLite's as Spider
+        declares them)."""
+        return bool(_NUMERIC_TYPE.match(self.type.strip()))
 
 
 @dataclass(frozen=True)
