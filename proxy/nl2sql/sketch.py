@@ -702,3 +702,59 @@ def spoken_order(
     if near(best) == 0 or near(current) >= near(best):
         return slots
     return replace(slots, order_by=(SelectItem("", best),))
+
+
+_NUMBER_THEN_WORDS = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s+([a-z][a-z\s-]*)", re.IGNORECASE)
+
+
+def counted_by_value(
+    question: str,
+    schema: Schema,
+    select: frozenset[SelectItem],
+    keywords: frozenset[str],
+    slots: Slots,
+) -> tuple[frozenset[SelectItem], frozenset[str], Slots] | None:
+    """The sketch with a grouped numeric column turned into a WHERE condition where the
+    question puts a number right before the column's words: "cars with more than 4 cylinders"
+    filters on cylinders (the number is its value), it does not group by cylinders and count
+    the groups. The column leaves GROUP BY (and SELECT, where it was shown beside something
+    else); with nothing left to group by, GROUP BY and HAVING go. The operator is the
+    completion's to read from the words ("more than"). None where no grouped column is
+    said that way. Keys are never moved: "more than 2 car makers" counts makers."""
+    from proxy.nl2sql.complete_plm import implicit_keys  # here: completion imports this module
+
+    grouped = sorted(c for c in slots.group_by if c != STAR and schema.columns[c].numeric)
+    if not grouped:
+        return None
+    keys = {k.column for k in (*schema.foreign_keys, *implicit_keys(schema))}
+    said = [
+        _phrase(_QUESTION_WORD.findall(m[1].lower())) for m in _NUMBER_THEN_WORDS.finditer(question)
+    ]
+    valued = [
+        c
+        for c in grouped
+        if not schema.columns[c].primary_key
+        and c not in keys
+        and any(
+            len(own) <= len(phrase)
+            and all(_word_match(w, s) for w, s in zip(own, phrase, strict=False))
+            for phrase in said
+            for own in [_own_words(schema, c)]
+        )
+    ]
+    if not valued:
+        return None
+    column = valued[0]
+    group_by = slots.group_by - {column}
+    where = slots.where
+    if not any(p.column == column for p in where):
+        where = (*where, Predicate(column, "="))
+    keywords = keywords | {"where"}
+    having = slots.having
+    if not group_by:
+        keywords = keywords - {"group by", "having"}
+        having = ()
+    shown = [i for i in select if not (i.column == column and not i.aggregate)]
+    if shown:
+        select = frozenset(shown)
+    return select, keywords, replace(slots, where=where, group_by=group_by, having=having)

@@ -37,6 +37,7 @@ from proxy.nl2sql.sketch import (
     Sketch,
     SketchScores,
     columns_of_named_tables,
+    counted_by_value,
     from_candidates,
     keyword_candidates,
     merge_windows,
@@ -227,7 +228,8 @@ def rank(
     schema and the question), a pair's first FROM set is the one its own columns call for
     (`sketch.named_tables`), scored as the model's best, and a SELECT the question spells out
     as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`, `spoken_select`,
-    `spoken_aggregate_of`)."""
+    `spoken_aggregate_of`); a grouped column the question gives a number of ("4 cylinders")
+    becomes a WHERE condition (`sketch.counted_by_value`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -244,6 +246,9 @@ def rank(
             select, pair_slots = columns_of_named_tables(
                 named[1], named[0], select, pair_slots, said
             )
+            counted = counted_by_value(named[1], named[0], select, chosen, pair_slots)
+            if counted is not None:
+                select, chosen, pair_slots = counted
             pair_slots = spoken_order(named[1], named[0], select, pair_slots)
             group_by = pair_slots.group_by
             spoken = (

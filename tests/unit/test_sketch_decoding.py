@@ -35,6 +35,7 @@ from proxy.nl2sql.sketch import (
     SketchScores,
     Slots,
     columns_of_named_tables,
+    counted_by_value,
     from_candidates,
     k_best_sets,
     keyword_candidates,
@@ -762,3 +763,63 @@ def test_spoken_order(question: str, order_by: SelectItem, expected: SelectItem)
     slots = Slots(order_by=(order_by,), limit=1)
     select = frozenset({SelectItem("", 0)})
     assert spoken_order(question, AREAS, select, slots) == replace(slots, order_by=(expected,))
+
+
+CARS = Schema(
+    "cars",
+    (Table("cars"), Table("makers")),
+    (
+        Column(0, "id", "integer", primary_key=True),
+        Column(0, "cylinders", "integer"),
+        Column(0, "mpg", "real"),
+        Column(0, "maker", "integer"),
+        Column(1, "id", "integer", primary_key=True),
+        Column(1, "name"),
+    ),
+    (ForeignKey(3, 4),),
+)
+
+
+def test_counted_by_value_filters_on_the_number() -> None:
+    # "cars with more than 4 cylinders": WHERE cylinders > 4, not GROUP BY cylinders HAVING
+    slots = Slots(group_by=frozenset({1}), having=(SelectItem("count", STAR),))
+    select = frozenset({SelectItem("count", STAR)})
+    found = counted_by_value(
+        "How many cars have more than 4 cylinders?",
+        CARS,
+        select,
+        frozenset({"group by", "having"}),
+        slots,
+    )
+    assert found == (select, frozenset({"where"}), Slots(where=(Predicate(1, "="),)))
+
+
+def test_counted_by_value_drops_the_shown_group() -> None:
+    slots = Slots(group_by=frozenset({1}))
+    select = frozenset({SelectItem("", 1), SelectItem("avg", 2)})
+    found = counted_by_value(
+        "What is the average mpg of the cars with 4 cylinders?",
+        CARS,
+        select,
+        frozenset({"group by"}),
+        slots,
+    )
+    assert found is not None
+    assert found[0] == frozenset({SelectItem("avg", 2)})
+    assert found[2].where == (Predicate(1, "="),)
+    assert not found[2].group_by
+
+
+@pytest.mark.parametrize(
+    ("question", "group_by"),
+    [
+        # the number counts rows of a group, it is no value of the grouped column
+        ("Which cylinder counts have more than 4 cars?", 1),
+        # a key: "more than 2 makers" counts makers
+        ("Which cars have more than 2 makers?", 3),
+    ],
+)
+def test_counted_by_value_leaves_counts_alone(question: str, group_by: int) -> None:
+    slots = Slots(group_by=frozenset({group_by}), having=(SelectItem("count", STAR),))
+    select = frozenset({SelectItem("", group_by)})
+    assert counted_by_value(question, CARS, select, frozenset({"group by"}), slots) is None
