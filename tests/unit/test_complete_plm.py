@@ -244,6 +244,15 @@ CASES = (
         where=(("singer.name", "="),),
     ),
     Case(
+        "Which singers have an age equal to 40?",
+        ("singer.name",),
+        ("singer",),
+        # the slot head said >; "equal to" says =
+        'SELECT name FROM singer WHERE "Age" = 40',
+        keywords=("where",),
+        where=(("singer.Age", ">"),),
+    ),
+    Case(
         "Which singers are from 'France', not older than 40?",
         ("singer.name",),
         ("singer",),
