@@ -110,6 +110,7 @@ _STOP_WORDS = frozenset(
     with without average sum least fewest largest smallest highest lowest""".split()  # noqa: SIM905
 )
 _SCHEMA_CACHE = 64
+_CAPITALISED_RUN = re.compile(r"(?<![\w'])[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3}")
 
 
 class LLM(Protocol):
@@ -235,6 +236,20 @@ _NEGATION_SAID = re.compile(
     re.IGNORECASE,
 )
 _NEGATION_WRITTEN = re.compile(r"\bNOT\b|<>|!=|\bEXCEPT\b", re.IGNORECASE)
+
+
+def capitalised_names(question: str) -> set[str]:
+    """The question's runs of capitalised words and their shorter runs, case-folded, leaving
+    out its first word (capitalised as the start of a sentence): "the country in Asia", "by Ben
+    Jones" -> {"asia"}, {"ben jones", "ben", "jones"}."""
+    found: set[str] = set()
+    for match in _CAPITALISED_RUN.finditer(question):
+        words = match[0].split()
+        if match.start() == len(question) - len(question.lstrip()):
+            words = words[1:]
+        for n in range(1, len(words) + 1):
+            found.update(" ".join(words[i : i + n]).casefold() for i in range(len(words) - n + 1))
+    return found
 
 
 def ignores_a_negation(question: str, sql: str) -> bool:
@@ -612,6 +627,7 @@ class _Run:
                     step.outcome = "LLM"
                     self.result.candidates.append(candidate.sql)
                     return True
+        candidate.sketch = self._with_named_values(candidate.sketch)
         literals = self._ground(candidate)
         with self.stage("complete", candidate) as step:
             try:
@@ -688,6 +704,57 @@ class _Run:
             )
             self._found[tables] = [c for c in found if c.column in self._column_numbers]
         return self._found[tables]
+
+    def _with_named_values(self, sketch: Sketch) -> Sketch:
+        """The sketch with a condition `column = value` for each value of a text column of its
+        tables that the question names in capitals ("the country in Asia with the lowest life
+        expectancy": continent = 'Asia') where the sketch filters on no such column: the sketch
+        model often leaves such a condition out. Only where every condition the sketch has
+        takes a value the question typed, so that a value already meant for one is not given to
+        two, and never beside OR. Words of the schema's names ("Package Option") and words
+        inside a quoted string are no such values."""
+        typed = [t for t in self._typed if t.kind == "string"]
+        unquoted = self.question
+        for literal in typed:
+            if literal.span is not None:  # a quoted string is one value, not several
+                start, end = literal.span
+                unquoted = unquoted[:start] + " " * (end - start) + unquoted[end:]
+        said = capitalised_names(unquoted) - self._schema_words
+        if not said or self.index is None or sketch.slots.where_or:
+            return sketch
+        if sum(self._wants_value(p) for p in sketch.slots.where) > len(typed):
+            return sketch
+        schema = self._schema
+        names = tuple(sorted(schema.tables[t].name for t in sketch.tables))
+        try:
+            found = self._named_values(names)
+        except ValueIndexError as exc:
+            self._no_index(exc)
+            return sketch
+        except Exception as exc:
+            if _connection_lost(_sqlstate(exc)):
+                raise
+            return sketch  # the values stage says why when it looks again
+        taken = {str(t.value).casefold() for t in typed}
+        filtered = {p.column for p in sketch.slots.where}
+        added: list[Predicate] = []
+        for value in found:
+            column = self._column_numbers[value.column]
+            folded = value.value.casefold()
+            if folded not in said or folded in taken or column in filtered:
+                continue
+            if schema.columns[column].table not in sketch.tables or not self._is_text(column):
+                continue
+            added.append(Predicate(column, "="))
+            filtered.add(column)
+            taken.add(folded)
+        if not added:
+            return sketch
+        return replace(
+            sketch,
+            keywords=sketch.keywords | {"where"},
+            slots=replace(sketch.slots, where=(*sketch.slots.where, *added)),
+        )
 
     def _ground(self, candidate: _Candidate) -> list[Literal]:
         """The `values` stage: the question's typed literals, then, for each WHERE predicate

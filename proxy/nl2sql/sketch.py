@@ -555,8 +555,14 @@ def _phrase(words: Iterable[str], stop: Iterable[str] = ()) -> list[str]:
 
 
 def _naming(schema: Schema, column: int, phrase: Sequence[str]) -> int:
-    """How many of a column's own words (`_own_words`) the phrase says."""
-    return sum(any(_word_match(w, s) for s in phrase) for w in _own_words(schema, column))
+    """How many of a column's own words (`_own_words`) the phrase says, a word or two or three
+    of it run together counting as one: "life expectancy" says `lifeexpectancy`, a name no
+    split into known words (`schema.spelled_out`) found."""
+    said = [
+        *phrase,
+        *("".join(phrase[i : i + n]) for n in (2, 3) for i in range(len(phrase) - n + 1)),
+    ]
+    return sum(any(_word_match(w, s) for s in said) for w in _own_words(schema, column))
 
 
 def _own_words(schema: Schema, column: int) -> list[str]:

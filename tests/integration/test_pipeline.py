@@ -134,6 +134,26 @@ def test_values_stage_moves_a_predicate_to_the_column_holding_the_value(
     assert answer.rows == rows_of(university, answer.sql) and answer.rows
 
 
+@pytest.mark.parametrize(
+    ("question", "predicate"),
+    [
+        ("Which department in Gates Hall has the largest budget?", "building = 'Gates Hall'"),
+        ("Who is the instructor with the title Professor hired most recently?", "= 'Professor'"),
+    ],
+)
+def test_a_value_named_in_capitals_becomes_a_condition(
+    university: str, conn: psycopg.Connection[Any], question: str, predicate: str
+) -> None:
+    # the sketch model leaves the condition out; the value's capitals bring it back
+    pipeline = load_pipeline(settings())
+    answer = pipeline.answer(question, PsycopgDatabase(conn))
+    assert answer.sql is not None and predicate in answer.sql, answer.trace
+    assert answer.rows == rows_of(university, answer.sql) and answer.rows
+    # the same words in lower case name no value: no condition is made up
+    lower = pipeline.answer(question.lower(), PsycopgDatabase(conn))
+    assert lower.sql is not None and predicate not in lower.sql
+
+
 def test_two_values_joined_by_or_are_both_asked_for(
     university: str, conn: psycopg.Connection[Any]
 ) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from proxy.nl2sql.pipeline import (
     anti_join,
+    capitalised_names,
     counts_single_rows,
     echoes_its_value,
     ignores_a_negation,
@@ -190,3 +191,17 @@ def test_anti_join(question: str, select: set[SelectItem], tables: set[int], neg
 )
 def test_counts_single_rows(sql: str, single: bool) -> None:
     assert counts_single_rows(sql, KEYED) is single
+
+
+@pytest.mark.parametrize(
+    ("question", "names"),
+    [
+        ("Give the name of the country in Asia.", {"asia"}),
+        # a run and its parts; the first word is capitalised as a sentence's
+        ("Which cartoons did Ben Jones direct?", {"ben jones", "ben", "jones"}),
+        ("What is the average life expectancy?", set()),
+        ("  Aruba has how many languages?", set()),
+    ],
+)
+def test_capitalised_names(question: str, names: set[str]) -> None:
+    assert capitalised_names(question) == names
