@@ -100,8 +100,10 @@ sketch does not say:
   `> 1` (groups of more than one row, the usual reading of "shared by", "more than once"), any
   other aggregate raises ("no value"). With the keyword "nested" and no nested WHERE predicate,
   the first HAVING item is compared with its aggregate over the whole table.
-- ORDER BY: `slots.order_by` in order, DESC when the keywords say "desc", unless a LIMIT query's
-  superlatives agree on the other end ("the youngest": ASC on an age, DESC on a date).
+- ORDER BY: `slots.order_by` in order, DESC when the keywords say "desc", unless the question
+  says the direction in so many words ("descending", "from high to low", "alphabetical") or a
+  LIMIT query's superlatives agree on the other end ("the youngest": ASC on an age, DESC on a
+  date).
 - LIMIT: with "limit" in the keywords or a `slots.limit`, the N of "top 3", "first five",
   "3 most", "the 3 youngest" (`limit_in_question`), else `slots.limit`, else 1. That N is not
   used as a value.
@@ -1209,11 +1211,36 @@ def _spoken_direction(query: _Query, item: SelectItem) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
+_SAID_DESCENDING = re.compile(
+    r"\b(?:descending|decreasing|reverse(?:d)? (?:alphabetical|lexicographical)"
+    r"|(?:high|highest|large|largest|big|biggest|most|greatest|z) to (?:low|lowest|small"
+    r"|smallest|least|fewest|a)\b)",
+    re.IGNORECASE,
+)
+_SAID_ASCENDING = re.compile(
+    r"\b(?:ascending|increasing|(?<!reverse )(?<!reversed )alphabetical"
+    r"|(?:low|lowest|small|smallest|least|fewest|a) to (?:high|highest|large|largest|big"
+    r"|biggest|most|greatest|z)\b)",
+    re.IGNORECASE,
+)
+
+
+def _said_direction(question: str) -> str | None:
+    """ " DESC" or "" where the question says which way to sort in so many words
+    ("descending", "from high to low", "in alphabetical order"); None where it says neither
+    or both."""
+    down, up = _SAID_DESCENDING.search(question), _SAID_ASCENDING.search(question)
+    if bool(down) == bool(up):
+        return None
+    return " DESC" if down else ""
+
+
 def _order_clause(query: _Query) -> str:
     if not query.slots.order_by:
         return ""
     default = " DESC" if "desc" in query.sketch.keywords else ""
-    spoken = _spoken_direction(query, query.slots.order_by[0])
+    said = _said_direction(query.question)
+    spoken = said if said is not None else _spoken_direction(query, query.slots.order_by[0])
     direction = default if spoken is None else spoken
     return "ORDER BY " + ", ".join(query.writer.item(i) + direction for i in query.slots.order_by)
 

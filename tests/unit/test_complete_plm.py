@@ -273,6 +273,23 @@ CASES = (
         limit=1,
     ),
     Case(
+        "List the singers by age from high to low.",
+        ("singer.name",),
+        ("singer",),
+        # the keywords said nothing of DESC; the question says it in words
+        'SELECT name FROM singer ORDER BY "Age" DESC',
+        keywords=("order by",),
+        order_by=("singer.Age",),
+    ),
+    Case(
+        "List the singers' names in reverse alphabetical order.",
+        ("singer.name",),
+        ("singer",),
+        "SELECT name FROM singer ORDER BY name DESC",
+        keywords=("order by", "asc"),
+        order_by=("singer.name",),
+    ),
+    Case(
         "What are the names of the 3 oldest singers?",
         ("singer.name",),
         ("singer",),
