@@ -764,3 +764,35 @@ def counted_by_value(
     if shown:
         select = frozenset(shown)
     return select, keywords, replace(slots, where=where, group_by=group_by, having=having)
+
+
+_EACH = re.compile(r"\b(?:each|every|per)\s+((?:\w+\s*){1,4})", re.IGNORECASE)
+
+
+def grouped_by_its_aggregate(
+    question: str,
+    schema: Schema,
+    select: frozenset[SelectItem],
+    keywords: frozenset[str],
+    slots: Slots,
+) -> tuple[frozenset[SelectItem], frozenset[str], Slots] | None:
+    """The sketch without grouping by a column it takes the average, maximum or minimum of:
+    each group holds one value of that column, so `SELECT injured, avg(injured) ... GROUP BY
+    injured` answers nothing ("the average number of injuries caused each time" is one
+    average). The column leaves GROUP BY and SELECT's bare items; with nothing left to group
+    by, GROUP BY (and HAVING) go. None where no such column is grouped, or where the question
+    groups by it in words ("the average weight and year for each year")."""
+    summarised = {i.column for i in select if i.aggregate in ("avg", "max", "min")}
+    pointless = (slots.group_by & summarised) - {STAR}
+    for match in _EACH.finditer(question):
+        phrase = _phrase(_QUESTION_WORD.findall(match[1].lower()))
+        pointless = frozenset(c for c in pointless if not _naming(schema, c, phrase))
+    if not pointless:
+        return None
+    group_by = slots.group_by - pointless
+    having = slots.having
+    if not group_by:
+        keywords = keywords - {"group by", "having"}
+        having = ()
+    select = frozenset(i for i in select if i.aggregate or i.column not in pointless)
+    return select, keywords, replace(slots, group_by=group_by, having=having)

@@ -39,6 +39,7 @@ from proxy.nl2sql.sketch import (
     columns_of_named_tables,
     counted_by_value,
     from_candidates,
+    grouped_by_its_aggregate,
     keyword_candidates,
     merge_windows,
     named_tables,
@@ -229,7 +230,8 @@ def rank(
     (`sketch.named_tables`), scored as the model's best, and a SELECT the question spells out
     as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`, `spoken_select`,
     `spoken_aggregate_of`); a grouped column the question gives a number of ("4 cylinders")
-    becomes a WHERE condition (`sketch.counted_by_value`)."""
+    becomes a WHERE condition (`sketch.counted_by_value`), and a column the SELECT averages
+    (max, min) is not grouped by (`grouped_by_its_aggregate`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -246,9 +248,12 @@ def rank(
             select, pair_slots = columns_of_named_tables(
                 named[1], named[0], select, pair_slots, said
             )
-            counted = counted_by_value(named[1], named[0], select, chosen, pair_slots)
-            if counted is not None:
-                select, chosen, pair_slots = counted
+            for repaired in (
+                counted_by_value(named[1], named[0], select, chosen, pair_slots),
+                grouped_by_its_aggregate(named[1], named[0], select, chosen, pair_slots),
+            ):
+                if repaired is not None:
+                    select, chosen, pair_slots = repaired
             pair_slots = spoken_order(named[1], named[0], select, pair_slots)
             group_by = pair_slots.group_by
             spoken = (

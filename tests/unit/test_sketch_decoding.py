@@ -37,6 +37,7 @@ from proxy.nl2sql.sketch import (
     columns_of_named_tables,
     counted_by_value,
     from_candidates,
+    grouped_by_its_aggregate,
     k_best_sets,
     keyword_candidates,
     merge_windows,
@@ -823,3 +824,33 @@ def test_counted_by_value_leaves_counts_alone(question: str, group_by: int) -> N
     slots = Slots(group_by=frozenset({group_by}), having=(SelectItem("count", STAR),))
     select = frozenset({SelectItem("", group_by)})
     assert counted_by_value(question, CARS, select, frozenset({"group by"}), slots) is None
+
+
+def test_grouped_by_its_aggregate_is_one_average() -> None:
+    # SELECT mpg, avg(mpg) ... GROUP BY mpg: each group has one mpg; the question asks for one
+    select = frozenset({SelectItem("", 2), SelectItem("avg", 2)})
+    found = grouped_by_its_aggregate(
+        "What is the average mpg of the cars each time?",
+        CARS,
+        select,
+        frozenset({"group by"}),
+        Slots(group_by=frozenset({2})),
+    )
+    assert found == (frozenset({SelectItem("avg", 2)}), frozenset(), Slots())
+
+
+@pytest.mark.parametrize(
+    ("question", "select"),
+    [
+        # the question groups by the column in words
+        ("What is the average mpg for each mpg?", {SelectItem("", 2), SelectItem("avg", 2)}),
+        # a count of the grouped column is no single value
+        ("How many cars of each mpg are there?", {SelectItem("", 2), SelectItem("count", 2)}),
+    ],
+)
+def test_grouped_by_its_aggregate_leaves_real_groups(
+    question: str, select: set[SelectItem]
+) -> None:
+    slots = Slots(group_by=frozenset({2}))
+    found = grouped_by_its_aggregate(question, CARS, frozenset(select), frozenset(), slots)
+    assert found is None
