@@ -34,6 +34,8 @@ sketch does not say:
   question that counts one of its tables ("how many dogs went through a treatment"), counts
   that table's distinct key (`_counted_table`).
 - avg and sum over a text column take the values that read as numbers, cast (the rest NULL).
+- `count(*)` in a question that asks "how many people" of a table with a population column is
+  the sum of that population (`_people_counted`).
 - SQLite's bare column beside one max or min (`SELECT name, max(age) FROM t`: the name of the
   oldest), in a sketch with no GROUP BY, HAVING, ORDER BY or LIMIT, becomes what PostgreSQL can
   say: grouped by the plain columns, ORDER BY that max DESC (min: ASC) LIMIT 1.
@@ -1377,6 +1379,28 @@ def _counted_table(sketch: Sketch, schema: Schema, question: str) -> Sketch:
     )
 
 
+_PEOPLE = re.compile(r"\bhow many (?:people|persons|inhabitants|residents)\b", re.IGNORECASE)
+
+
+def _people_counted(sketch: Sketch, schema: Schema, question: str) -> Sketch:
+    """`count(*)` in a question that asks "how many people" of a table that holds a population
+    (`city.population`) as the sum of that population: "how many people live in Gelderland
+    district" asks how many live there, not how many cities it has. Only where exactly one
+    table of the query has a population column."""
+    counted = SelectItem("count", STAR)
+    if counted not in sketch.select or not _PEOPLE.search(question):
+        return sketch
+    tables = {*sketch.tables, *(schema.columns[p.column].table for p in sketch.slots.where)}
+    populations = [
+        i
+        for i, c in enumerate(schema.columns)
+        if c.table in tables and c.numeric and "population" in c.label.lower().split()
+    ]
+    if len(populations) != 1:
+        return sketch
+    return replace(sketch, select=(sketch.select - {counted}) | {SelectItem("sum", populations[0])})
+
+
 def complete(
     sketch: Sketch, schema: Schema, literals: Sequence[Literal] = (), *, question: str = ""
 ) -> str:
@@ -1391,6 +1415,7 @@ def complete(
     sketch = _extreme_row(sketch)
     sketch = _spoken_range(sketch, schema, literals, question)
     sketch = _counted_table(sketch, schema, question)
+    sketch = _people_counted(sketch, schema, question)
     sketch = _shown_groups(sketch)
     slots = sketch.slots
     select = sorted(

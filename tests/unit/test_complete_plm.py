@@ -858,3 +858,39 @@ def _column_of(schema: Schema, qualified: str) -> int:
 
 def _qualified(schema: Schema, qualified: str) -> str:
     return schema.qualified(_column_of(schema, qualified))
+
+
+CITIES = Schema(
+    "cities",
+    (Table("city"),),
+    (
+        Column(0, "id", "integer", primary_key=True),
+        Column(0, "district"),
+        Column(0, "population", "integer"),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        # "how many people" of a table with a population: its sum
+        (
+            "How many people live in 'Gelderland' district?",
+            "SELECT sum(population) FROM city WHERE district = 'Gelderland'",
+        ),
+        # how many cities: the rows
+        (
+            "How many cities are in 'Gelderland' district?",
+            "SELECT count(*) FROM city WHERE district = 'Gelderland'",
+        ),
+    ],
+)
+def test_people_counted_as_a_population(question: str, expected: str) -> None:
+    sketch = Sketch(
+        select=frozenset({SelectItem("count", STAR)}),
+        tables=frozenset({0}),
+        keywords=frozenset({"where"}),
+        slots=Slots(where=(Predicate(1, "="),)),
+    )
+    assert complete(sketch, CITIES, question_literals(question), question=question) == expected
