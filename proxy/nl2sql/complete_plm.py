@@ -35,7 +35,9 @@ sketch does not say:
   that table's distinct key (`_counted_table`).
 - avg and sum over a text column take the values that read as numbers, cast (the rest NULL).
 - `count(*)` in a question that asks "how many people" of a table with a population column is
-  the sum of that population (`_people_counted`).
+  the sum of that population (`_people_counted`). A SELECT of one bare column in a question
+  that asks "how many different ..." counts its distinct values; one of a number column in a
+  question that says "together", "combined" or "in total" sums it (`_one_number_asked`).
 - SQLite's bare column beside one max or min (`SELECT name, max(age) FROM t`: the name of the
   oldest), in a sketch with no GROUP BY, HAVING, ORDER BY or LIMIT, becomes what PostgreSQL can
   say: grouped by the plain columns, ORDER BY that max DESC (min: ASC) LIMIT 1.
@@ -1401,6 +1403,37 @@ def _people_counted(sketch: Sketch, schema: Schema, question: str) -> Sketch:
     return replace(sketch, select=(sketch.select - {counted}) | {SelectItem("sum", populations[0])})
 
 
+_HOW_MANY_DIFFERENT = re.compile(
+    r"^\s*(?:how many|count the number of|what is the number of)\s+(?:\w+\s+)?"
+    r"(?:different|distinct|unique)\b",
+    re.IGNORECASE,
+)
+_TOGETHER = re.compile(r"\b(?:together|combined|altogether|in total)\b", re.IGNORECASE)
+
+
+def _one_number_asked(sketch: Sketch, schema: Schema, question: str) -> Sketch:
+    """A SELECT of one bare column where the question asks for one number: "how many different
+    types of pet" counts the distinct types (`count(DISTINCT pettype)`), "how much surface area
+    do they cover together" sums it. Not with GROUP BY; a sum only of a number column that is
+    no key."""
+    if len(sketch.select) != 1 or sketch.slots.group_by:
+        return sketch
+    (item,) = sketch.select
+    if item.aggregate or item.column == STAR:
+        return sketch
+    column = schema.columns[item.column]
+    if _HOW_MANY_DIFFERENT.search(question):
+        return replace(
+            sketch,
+            select=frozenset({SelectItem("count", item.column)}),
+            keywords=sketch.keywords | {"distinct"},
+        )
+    key = column.primary_key or any(k.column == item.column for k in schema.foreign_keys)
+    if _TOGETHER.search(question) and column.numeric and not key:
+        return replace(sketch, select=frozenset({SelectItem("sum", item.column)}))
+    return sketch
+
+
 def complete(
     sketch: Sketch, schema: Schema, literals: Sequence[Literal] = (), *, question: str = ""
 ) -> str:
@@ -1416,6 +1449,7 @@ def complete(
     sketch = _spoken_range(sketch, schema, literals, question)
     sketch = _counted_table(sketch, schema, question)
     sketch = _people_counted(sketch, schema, question)
+    sketch = _one_number_asked(sketch, schema, question)
     sketch = _shown_groups(sketch)
     slots = sketch.slots
     select = sorted(

@@ -894,3 +894,21 @@ def test_people_counted_as_a_population(question: str, expected: str) -> None:
         slots=Slots(where=(Predicate(1, "="),)),
     )
     assert complete(sketch, CITIES, question_literals(question), question=question) == expected
+
+
+@pytest.mark.parametrize(
+    ("question", "column", "expected"),
+    [
+        ("How many different districts are there?", 1, "SELECT count(DISTINCT district) FROM city"),
+        ("How many people live in the cities together?", 2, "SELECT sum(population) FROM city"),
+        # a list of the values is a list
+        ("List the different districts.", 1, "SELECT district FROM city"),
+        # a key is never summed
+        ("Show the city ids together.", 0, "SELECT id FROM city"),
+    ],
+)
+def test_one_number_asked(question: str, column: int, expected: str) -> None:
+    sketch = Sketch(
+        select=frozenset({SelectItem("", column)}), tables=frozenset({0}), keywords=frozenset()
+    )
+    assert complete(sketch, CITIES, question_literals(question), question=question) == expected
