@@ -221,3 +221,11 @@ def test_negative_threads_refused(tmp_path: Path) -> None:
     models = _copy_models(tmp_path)
     with pytest.raises(ValueError, match="threads"):
         runtime.load_embedder(RuntimeSettings(provider="cpu", models_dir=str(models), threads=-1))
+
+
+def test_idle_threads_do_not_spin() -> None:
+    # spinning threads take the cores PostgreSQL and the proxy share with the models
+    model = runtime.resolve_models_dir(RuntimeSettings()) / "value_embedder" / "model.onnx"
+    session = runtime.create_session(model, ["CPUExecutionProvider"], threads=2)
+    options = session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
