@@ -736,17 +736,19 @@ def counted_by_value(
     said = [
         _phrase(_QUESTION_WORD.findall(m[1].lower())) for m in _NUMBER_THEN_WORDS.finditer(question)
     ]
-    valued = [
-        c
-        for c in grouped
-        if not schema.columns[c].primary_key
-        and c not in keys
-        and any(
+
+    def said_with_a_number(column: int) -> bool:
+        own = _own_words(schema, column)
+        return any(
             len(own) <= len(phrase)
             and all(_word_match(w, s) for w, s in zip(own, phrase, strict=False))
             for phrase in said
-            for own in [_own_words(schema, c)]
         )
+
+    valued = [
+        c
+        for c in grouped
+        if not schema.columns[c].primary_key and c not in keys and said_with_a_number(c)
     ]
     if not valued:
         return None
