@@ -710,6 +710,9 @@ def spoken_order(
     return replace(slots, order_by=(SelectItem("", best),))
 
 
+SketchParts = tuple[frozenset[SelectItem], frozenset[str], Slots]
+"""A sketch's SELECT, KEYWORDS and slots, as the repairs below return them."""
+
 _NUMBER_THEN_WORDS = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s+([a-z][a-z\s-]*)", re.IGNORECASE)
 
 
@@ -719,7 +722,7 @@ def counted_by_value(
     select: frozenset[SelectItem],
     keywords: frozenset[str],
     slots: Slots,
-) -> tuple[frozenset[SelectItem], frozenset[str], Slots] | None:
+) -> SketchParts | None:
     """The sketch with a grouped numeric column turned into a WHERE condition where the
     question puts a number right before the column's words: "cars with more than 4 cylinders"
     filters on cylinders (the number is its value), it does not group by cylinders and count
@@ -753,19 +756,29 @@ def counted_by_value(
     if not valued:
         return None
     column = valued[0]
-    group_by = slots.group_by - {column}
+    select, keywords, slots = _ungrouped(select, keywords, slots, frozenset({column}))
     where = slots.where
     if not any(p.column == column for p in where):
         where = (*where, Predicate(column, "="))
-    keywords = keywords | {"where"}
+    return select, keywords | {"where"}, replace(slots, where=where)
+
+
+def _ungrouped(
+    select: frozenset[SelectItem],
+    keywords: frozenset[str],
+    slots: Slots,
+    columns: frozenset[int],
+) -> SketchParts:
+    """The sketch no longer grouped by `columns`: they leave GROUP BY and SELECT's bare items
+    (unless nothing else would be selected); with nothing left to group by, GROUP BY and HAVING
+    go."""
+    group_by = slots.group_by - columns
     having = slots.having
     if not group_by:
         keywords = keywords - {"group by", "having"}
         having = ()
-    shown = [i for i in select if not (i.column == column and not i.aggregate)]
-    if shown:
-        select = frozenset(shown)
-    return select, keywords, replace(slots, where=where, group_by=group_by, having=having)
+    shown = frozenset(i for i in select if i.aggregate or i.column not in columns)
+    return shown or select, keywords, replace(slots, group_by=group_by, having=having)
 
 
 _EACH = re.compile(r"\b(?:each|every|per)\s+((?:\w+\s*){1,4})", re.IGNORECASE)
@@ -777,7 +790,7 @@ def grouped_by_its_aggregate(
     select: frozenset[SelectItem],
     keywords: frozenset[str],
     slots: Slots,
-) -> tuple[frozenset[SelectItem], frozenset[str], Slots] | None:
+) -> SketchParts | None:
     """The sketch without grouping by a column it takes the average, maximum or minimum of:
     each group holds one value of that column, so `SELECT injured, avg(injured) ... GROUP BY
     injured` answers nothing ("the average number of injuries caused each time" is one
@@ -791,10 +804,4 @@ def grouped_by_its_aggregate(
         pointless = frozenset(c for c in pointless if not _naming(schema, c, phrase))
     if not pointless:
         return None
-    group_by = slots.group_by - pointless
-    having = slots.having
-    if not group_by:
-        keywords = keywords - {"group by", "having"}
-        having = ()
-    select = frozenset(i for i in select if i.aggregate or i.column not in pointless)
-    return select, keywords, replace(slots, group_by=group_by, having=having)
+    return _ungrouped(select, keywords, slots, pointless)
