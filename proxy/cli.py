@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--schemas", help="comma-separated schemas to read (default: all)")
     index.add_argument("--max-distinct-per-column", type=int, help="values kept per column")
     index.add_argument("--max-value-length", type=int, help="longer values are free text")
-    index.add_argument("--batch-size", type=int, help="values embedded per batch")
+    index.add_argument("--batch-size", type=int, help="values embedded together")
     index.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
 
     ask = commands.add_parser(

@@ -150,14 +150,29 @@ class IndexSettings:
         ),
     )
     batch_size: int = field(
-        default=256, metadata=_doc("Values embedded per ONNX batch while indexing.")
+        default=4096,
+        metadata=_doc(
+            "Values embedded together while indexing, gathered across columns (the embedder runs "
+            "them sorted by length, 64 at a time); the embeddings of at most about three such "
+            "groups, 1.6 kB a value, are held at once."
+        ),
+    )
+    large_graph_values: int = field(
+        default=100_000,
+        metadata=_doc(
+            "From this many indexed values on, the HNSW graph is built with m = 32, "
+            "ef_construction = 128 (below: pgvector's 16 and 64), which keeps look-ups' recall "
+            "at 1M values (measured 0.995 against 0.95) for a build about 2.5 times as long. A "
+            "refresh that grows the index past it rebuilds the graph once."
+        ),
     )
     bulk_min_values: int = field(
         default=2000,
         metadata=_doc(
             "A refresh that adds at least this many values, and at least as many as the index "
-            "holds, drops the HNSW and trigram indexes and builds them again in one pass (much "
-            "faster than row by row; look-ups meanwhile scan the table)."
+            "holds (or any number, into an empty index), drops the HNSW and trigram indexes and "
+            "builds them again in one pass (much faster than row by row; look-ups meanwhile scan "
+            "the table)."
         ),
     )
 

@@ -32,8 +32,34 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> numpy.ndarray[Any, Any]: ...
 
 
-HNSW_EF_SEARCH = 100
-"""hnsw.ef_search of semantic look-ups (set on nl.search_semantic by migrations/0005)."""
+@dataclass(frozen=True)
+class HnswGraph:
+    """How the HNSW index on nl.value_index's embeddings is built (m, ef_construction) and
+    searched (hnsw.ef_search of nl.search_semantic, set by `pgnl index` when it builds the
+    index)."""
+
+    m: int
+    ef_construction: int
+    ef_search: int
+
+    def __str__(self) -> str:
+        return f"m = {self.m}, ef_construction = {self.ef_construction}"
+
+
+SMALL_GRAPH = HnswGraph(16, 64, 100)
+"""pgvector's build defaults, searched with ef_search 100 (pgvector's default is 40): below
+[index] large_graph_values. benchmarks/calibration.py measured recall@1 1.000 at 10,000 and
+100,000 values; at 300,000, 0.950 (ef 100) and 0.990 (ef 200); at 1,000,000, 0.920 and 0.950."""
+LARGE_GRAPH = HnswGraph(32, 128, 200)
+"""From [index] large_graph_values on: recall@1 at 1,000,000 values 0.995 at ef_search 200, p50
+3.9 ms; the index takes about 2.5 times as long to build."""
+HNSW_EF_SEARCH = SMALL_GRAPH.ef_search
+"""hnsw.ef_search that migrations/0005 sets on nl.search_semantic (the small graph's)."""
+
+
+def graph_for(values: int, large_graph_values: int) -> HnswGraph:
+    """The graph an index of this many values is built with."""
+    return LARGE_GRAPH if values >= large_graph_values else SMALL_GRAPH
 
 
 @dataclass(frozen=True, order=True)

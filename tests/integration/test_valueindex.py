@@ -27,7 +27,7 @@ from proxy.valueindex import (
     normalise,
 )
 from proxy.valueindex import build as build_module
-from proxy.valueindex.common import HNSW_EF_SEARCH
+from proxy.valueindex.common import HNSW_EF_SEARCH, LARGE_GRAPH, SMALL_GRAPH
 from proxy.valueindex.scan import (
     ColumnInfo,
     discover_columns,
@@ -720,6 +720,87 @@ def test_a_bulk_refresh_rebuilds_the_search_indexes_in_one_pass(
         assert not small.bulk and small.values_embedded == 1  # a small refresh keeps them
 
 
+def test_the_first_build_builds_the_search_indexes_once_at_the_end(
+    postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
+) -> None:
+    db = new_database(SAMPLE)
+    with connect(postgres, db) as conn:
+        first = build(conn, embedder)  # far fewer values than bulk_min_values
+        assert first.bulk and first.values_embedded > 0
+        assert search_indexes(conn) == {"value_index_embedding", "value_index_trigram"}
+        assert not build(conn, embedder).bulk  # nothing new: the indexes stay
+
+
+class Recording:
+    """The shipped embedder, with the texts of each call kept (to see how a build batches)."""
+
+    def __init__(self, inner: Embedder, fail_on_call: int | None = None) -> None:
+        self.inner = inner
+        self.dimension = inner.dimension
+        self.calls: list[list[str]] = []
+        self.fail_on_call = fail_on_call
+
+    def embed(self, texts: Sequence[str]) -> numpy.ndarray[Any, Any]:
+        self.calls.append(list(texts))
+        if self.fail_on_call is not None and len(self.calls) >= self.fail_on_call:
+            raise RuntimeError("the model ran out of memory")
+        return self.inner.embed(texts)
+
+
+def test_a_build_embeds_whole_columns_together_in_groups_of_batch_size(
+    postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
+) -> None:
+    db = new_database(SAMPLE)
+    recording = Recording(embedder)
+    with connect(postgres, db) as conn:
+        report = build(conn, recording, batch_size=4)
+        rows = index_rows(conn)
+    calls = recording.calls[1:]  # the first embeds the signature probe
+    columns = [sorted(rows[column]) for column in report.added]  # in the order written
+    assert sum(len(call) for call in calls) == report.values_embedded == sum(map(len, columns))
+    assert len(calls) > 1
+    taken = 0
+    together = 0
+    for call in calls:  # each call: whole columns, in order, together while they fit in 4
+        gathered: list[str] = []
+        first = taken
+        while sorted(gathered) != sorted(call):
+            assert taken < len(columns) and len(gathered) < len(call), call
+            gathered += columns[taken]
+            taken += 1
+        assert len(call) <= 4 or taken - first == 1, call
+        together = max(together, taken - first)
+    assert taken == len(columns) and together > 1
+    with connect(postgres, db) as conn:
+        stored = embeddings(conn, ref("cities", "name"))["Boston"]
+    vector = numpy.array(stored.strip("[]").split(","), dtype=numpy.float32)
+    assert float(vector @ embedder.embed(["Boston"])[0]) > 0.95  # its own, not a neighbour's
+
+
+def test_a_model_failure_during_a_build_keeps_the_index_whole(
+    postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
+) -> None:
+    db = new_database(SAMPLE)
+    with connect(postgres, db) as conn:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            build(conn, Recording(embedder, fail_on_call=3), batch_size=4)
+        # the columns written before the failure are whole, the search indexes are back
+        assert search_indexes(conn) == {"value_index_embedding", "value_index_trigram"}
+        assert conn.execute("SELECT count(*) FROM nl.value_index_deferred").fetchone() == (0,)
+        partial = index_rows(conn)
+        written = conn.execute(
+            "SELECT schema_name, table_name, column_name, value_count FROM nl.value_index_columns"
+        ).fetchall()
+        assert {ColumnRef(s, t, c): n for s, t, c, n in written} == {
+            column: len(values) for column, values in partial.items()
+        }
+        report = build(conn, embedder)  # the next refresh finishes the job
+        assert set(report.indexed) == INDEXED
+        assert report.values_embedded == sum(
+            len(values) for column, values in index_rows(conn).items() if column not in partial
+        )
+
+
 def test_indexes_dropped_by_an_interrupted_bulk_refresh_are_rebuilt(
     postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
 ) -> None:
@@ -740,6 +821,52 @@ def test_indexes_dropped_by_an_interrupted_bulk_refresh_are_rebuilt(
         assert report.values_embedded == 0
         assert "value_index_embedding" in search_indexes(conn)
         assert conn.execute("SELECT count(*) FROM nl.value_index_deferred").fetchone() == (0,)
+
+
+def search_ef(conn: Connection) -> str:
+    row = conn.execute(
+        "SELECT proconfig FROM pg_proc WHERE oid = "
+        "'nl.search_semantic(text, integer, text, text, text)'::regprocedure"
+    ).fetchone()
+    assert row is not None
+    return next(str(s) for s in row[0] if str(s).startswith("hnsw.ef_search="))
+
+
+def hnsw_options(conn: Connection) -> list[str]:
+    row = conn.execute(
+        "SELECT coalesce(reloptions, '{}') FROM pg_class "
+        "WHERE oid = 'nl.value_index_embedding'::regclass"
+    ).fetchone()
+    assert row is not None
+    return sorted(row[0])
+
+
+def test_an_index_that_grows_past_large_graph_values_gets_the_larger_graph(
+    postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
+) -> None:
+    db = new_database(SAMPLE)
+    with connect(postgres, db) as conn:
+        first = build(conn, embedder, large_graph_values=1000)
+        assert first.graph == SMALL_GRAPH
+        assert hnsw_options(conn) == ["ef_construction=64", "m=16"]  # pgvector's defaults
+        assert search_ef(conn) == f"hnsw.ef_search={SMALL_GRAPH.ef_search}"
+        held = first.values_embedded
+        conn.execute("INSERT INTO people (name) VALUES ('Zebedee'), ('Ysolde')")
+        grown = build(conn, embedder, large_graph_values=held + 2)
+        assert not grown.bulk and grown.values_embedded == 2
+        assert grown.graph == LARGE_GRAPH
+        assert hnsw_options(conn) == ["ef_construction=128", "m=32"]
+        assert search_ef(conn) == f"hnsw.ef_search={LARGE_GRAPH.ef_search}"
+        assert "HNSW graph built with m = 32, ef_construction = 128" in grown.summary()
+        index = ValueIndex(PsycopgDatabase(conn), embedder)
+        assert [m.value for m in index.search_semantic("Zebedee", Scope.database(), 1)] == [
+            "Zebedee"
+        ]
+        again = build(conn, embedder, large_graph_values=held + 2)
+        assert again.graph is None  # built once
+        conn.execute("DELETE FROM people WHERE name IN ('Zebedee', 'Ysolde')")
+        shrunk = build(conn, embedder, large_graph_values=held + 2)
+        assert shrunk.graph is None and hnsw_options(conn) == ["ef_construction=128", "m=32"]
 
 
 def test_semantic_lookups_search_with_the_documented_ef_search(
