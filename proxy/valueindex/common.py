@@ -48,11 +48,15 @@ class HnswGraph:
 
 SMALL_GRAPH = HnswGraph(16, 64, 100)
 """pgvector's build defaults, searched with ef_search 100 (pgvector's default is 40): below
-[index] large_graph_values. benchmarks/calibration.py measured recall@1 1.000 at 10,000 and
-100,000 values; at 300,000, 0.950 (ef 100) and 0.990 (ef 200); at 1,000,000, 0.920 and 0.950."""
+[index] large_graph_values. benchmarks/calibration.py (noisy copies of real value embeddings)
+measured recall@1 1.000 at 10,000 and 100,000 values, p50 about 2 ms; the same graph loses
+recall as the index grows: at 300,000 values 0.950 (ef 100) and 0.990 (ef 200), at 1,000,000
+0.920 and 0.950."""
 LARGE_GRAPH = HnswGraph(32, 128, 200)
-"""From [index] large_graph_values on: recall@1 at 1,000,000 values 0.995 at ef_search 200, p50
-3.9 ms; the index takes about 2.5 times as long to build."""
+"""From [index] large_graph_values on. Measured recall@1 at ef_search 200: 1.000 at 100,000 and
+300,000 values (p50 8-11 ms), 0.995 at 1,000,000 (p50 3.9-4.1 ms, two builds); at ef 100 the
+1,000,000-value graphs gave 0.970 and 0.995. The index takes about 3 times as long to build
+(100,000 values: 155-174 s against 56 s)."""
 HNSW_EF_SEARCH = SMALL_GRAPH.ef_search
 """hnsw.ef_search that migrations/0005 sets on nl.search_semantic (the small graph's)."""
 
