@@ -20,8 +20,8 @@ graph row by row costs several times more than building it in one pass (measured
 inserted into an indexed table in 10.7 s, the same index built over them in 2.8 s).
 
 The model runs in a worker thread on groups of whole columns ([index] batch_size values, the
-embedder sorting them by length), starting while the columns are still being read and staying
-at most two groups ahead of the writes.
+embedder sorting them by length), starting while the columns are still being read; embeddings
+not yet written are held for at most about two groups (see _Embedding).
 
 Frequencies are the number of rows holding each value, except in tables with row-level security
 enabled, where they are recorded as 0: a count over all rows would tell a role about rows it
