@@ -551,18 +551,18 @@ def _restore_deferred(
         "SELECT index_name, definition FROM nl.value_index_deferred ORDER BY index_name"
     ).fetchall()
     built = None
+    values = _held_values(conn) if pending else 0
+    # The HNSW graph is built in memory when it fits: about 2.5 kB a value.
+    memory_mb = min(4096, max(1024, values * 5 // 2048))
     for name, stored_definition in pending:
         definition = str(stored_definition)
         if name == EMBEDDING_INDEX:
-            values = _held_values(conn)
             built = graph_for(values, settings.large_graph_values)
             definition = _embedding_index_sql(built)
             progress.note(f"building index {name} ({built}) over {values:,} values")
         else:
             progress.note(f"building index {name}")
         with conn.transaction():
-            # The HNSW graph is built in memory when it fits: about 2.5 kB a value.
-            memory_mb = min(4096, max(1024, _held_values(conn) * 5 // 2048))
             conn.execute(f"SET LOCAL maintenance_work_mem = '{memory_mb}MB'".encode())
             conn.execute(definition.encode())
             if built is not None and name == EMBEDDING_INDEX:
