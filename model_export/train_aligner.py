@@ -36,6 +36,7 @@ from model_export.train_sketch import (
     read_examples,
     tokenizer_path,
 )
+from model_export.training import add_precision_argument, use_bf16
 from proxy.nl2sql.aligner import MAX_LENGTH, pair_text
 from proxy.nl2sql.encoding import WindowEncoder
 from proxy.nl2sql.schema import load_spider_schemas
@@ -222,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads, 0 = one a core")
     parser.add_argument("--checkpoint-every", type=int, default=200, help="default: %(default)s")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (a smoke run)")
-    parser.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in fp32")
+    add_precision_argument(parser)
     args = parser.parse_args(argv)
 
     import torch
@@ -231,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    bf16 = use_bf16(args.precision)
     args.workdir.mkdir(parents=True, exist_ok=True)
     pairs_path = args.workdir / "pairs.json"
     if pairs_path.exists():
@@ -242,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         train, _ = read_examples(args.spider / "train.json", schemas, encoder, args.limit)
         dev, _ = read_examples(args.spider / "dev.json", schemas, encoder, args.limit)
         sketch_model = load_sketch_model(args.sketch_workdir)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             train_pairs = make_pairs(train, sketch_model, add_gold=True)
             dev_pairs = make_pairs(dev, sketch_model, add_gold=False)
         pairs_path.write_text(
@@ -287,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir=args.workdir,
         checkpoint_every=args.checkpoint_every,
         items_per_batch=args.batch_size,
-        bf16=args.bf16,
+        bf16=bf16,
     ).run()
     (args.workdir / "config.json").write_text(
         json.dumps({"layers": args.layers, **{k: str(v) for k, v in vars(args).items()}}, indent=2),

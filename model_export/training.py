@@ -1,6 +1,7 @@
 """The training loop both models share: batches planned per epoch from a seed, AdamW with linear
-warm-up and decay, bf16 autocast on the CPU, a progress line, and checkpoints that let an
-interrupted run resume where it stopped, with the same batches.
+warm-up and decay, bf16 autocast where the CPU computes bf16 natively (`--precision`, `use_bf16`),
+a progress line, and checkpoints that let an interrupted run resume where it stopped, with the
+same batches.
 
 `<workdir>/checkpoint.pt` holds the model, optimizer, scheduler, step and the per-epoch history;
 it is written atomically every `checkpoint_every` steps and after each epoch. The history (the
@@ -19,6 +20,45 @@ from pathlib import Path
 from typing import Any
 
 WARMUP_FRACTION = 0.05
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX), so that bf16 autocast
+    is faster than fp32. Without it bf16 is emulated: on a 2-core AVX2 machine a sketch-model
+    step took 18 times as long as in fp32 (0.3 against 5.5 windows/s)."""
+    import torch
+
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(check()) if check is not None else False
+    except RuntimeError:
+        return False
+
+
+def use_bf16(precision: str) -> bool:
+    """bf16 autocast for `--precision` (auto: where the CPU computes bf16 natively); the choice
+    and its reason are printed."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision == "auto":
+        chosen = native_bf16()
+        why = "this CPU computes bf16 natively" if chosen else "this CPU has no native bf16"
+    else:
+        chosen = precision == "bf16"
+        why = "asked for"
+    print(f"training in {'bf16 autocast' if chosen else 'fp32'} ({why})", file=sys.stderr)
+    return chosen
+
+
+def add_precision_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="bf16 autocast or fp32; auto (default): bf16 where the CPU computes it natively "
+        "(AVX512-BF16, AMX), fp32 elsewhere, where emulated bf16 is many times slower",
+    )
 
 
 def progress(text: str) -> None:
