@@ -53,10 +53,10 @@ from proxy.nl2sql.complete_plm import (
     CompletionError,
     Literal,
     complete,
-    join_tree,
     question_literals,
     set_operation,
 )
+from proxy.nl2sql.joins import join_tree
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.sketch import STAR, Sketch
 

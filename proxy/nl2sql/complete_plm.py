@@ -11,19 +11,10 @@ The query is written clause by clause (`CLAUSES`, one small function each). Choi
 sketch does not say:
 
 - FROM: the sketch's tables, plus the table of every column a clause names, joined along the
-  foreign-key graph by a Steiner-tree approximation: start from the lowest-numbered table, then
-  repeatedly attach the nearest remaining table by a shortest path, adding its intermediate
-  tables. Ties go to the lower table number, so the output is deterministic. Between two tables
-  the join uses their first foreign key (by column number), plus the other keys of a composite
-  key (same direction, other primary-key columns referenced); two keys that reference the same
-  column are two roles (`flights.source`, `flights.dest` -> `airports.code`): only the first is
-  used. Where no declared key joins two tables, an *implicit* key may (`implicit_keys`): a
-  column of the same name as a primary key of another table (not a bare `id`), named after
-  that table (`flights.airline` -> `airlines`, `building_id` -> `buildings`), or a role before
-  its key's name (`src_apid` -> `apid`), of the same kind (numeric or not). Implicit edges cost
-  100 declared ones, so they only connect what the keys leave apart.
-  Tables still apart raise `CompletionError` ("tables not connected"): a CROSS JOIN returns
-  rows that look like an answer and are not one.
+  foreign-key graph (`joins.join_tree`: declared keys, implicit ones only where those leave
+  tables apart, a Steiner-tree approximation, deterministic). Tables still apart raise
+  `CompletionError` ("tables not connected"): a CROSS JOIN returns rows that look like an answer
+  and are not one.
 - Aliases: with one table, none (columns unqualified); with several, `t1, t2, ...` in FROM order.
 - Identifiers are quoted only where PostgreSQL needs it (`quote_identifier`): anything but a
   lower-case simple identifier, and any keyword that is not unreserved. A table outside schema
@@ -132,8 +123,6 @@ database as SQL.
 
 from __future__ import annotations
 
-import functools
-import heapq
 import math
 import re
 from collections.abc import Container, Iterable, Sequence
@@ -142,7 +131,8 @@ from dataclasses import dataclass, field, replace
 from pglast import ast, keywords, parse_sql
 from pglast.parser import ParseError
 
-from proxy.nl2sql.schema import Column, ForeignKey, Schema, words_of
+from proxy.nl2sql.joins import JoinError, JoinStep, implicit_keys, join_tree, links
+from proxy.nl2sql.schema import Column, Schema
 from proxy.nl2sql.sketch import (
     AGGREGATES,
     SET_OPERATIONS,
@@ -297,264 +287,6 @@ def _as_number(text: str) -> int | float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-# --- joins --------------------------------------------------------------------------------------
-
-_DECLARED = 1
-_IMPLICIT = 100  # an implicit key is used only where declared keys do not connect
-
-
-@dataclass(frozen=True)
-class _Link:
-    """A join between table `a` and table `b`: pairs of (column of a, column of b)."""
-
-    a: int
-    b: int
-    pairs: tuple[tuple[int, int], ...]
-    cost: int
-
-    def seen_from(self, table: int) -> tuple[tuple[int, int], ...]:
-        """The pairs as (column of `table`, column of the other table)."""
-        return self.pairs if table == self.a else tuple((y, x) for x, y in self.pairs)
-
-
-def _declared_links(schema: Schema) -> dict[tuple[int, int], _Link]:
-    """One link per pair of tables that a foreign key joins (self-references left out)."""
-    grouped: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for key in sorted(schema.foreign_keys, key=lambda k: (k.column, k.referenced)):
-        a = schema.columns[key.column].table
-        b = schema.columns[key.referenced].table
-        if a != b:
-            grouped.setdefault((min(a, b), max(a, b)), []).append((key.column, key.referenced))
-    links: dict[tuple[int, int], _Link] = {}
-    for (low, high), keys in grouped.items():
-        first_column, first_referenced = keys[0]
-        chosen = [keys[0]]
-        first_table = schema.columns[first_column].table
-        for column, referenced in keys[1:]:
-            composite = (
-                schema.columns[column].table == first_table
-                and schema.columns[referenced].primary_key
-                and schema.columns[first_referenced].primary_key
-                and all(column != c and referenced != r for c, r in chosen)
-            )
-            if composite:
-                chosen.append((column, referenced))
-        pairs = tuple((c, r) if schema.columns[c].table == low else (r, c) for c, r in chosen)
-        links[(low, high)] = _Link(low, high, pairs, _DECLARED)
-    return links
-
-
-def _singular(word: str) -> str:
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith(("ses", "xes", "ches", "shes")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith("ss"):
-        return word[:-1]
-    return word
-
-
-# Words too common to say which table a column points to ("charge_type" is not a key of
-# "treatment_types"; "block_code" is not one of "procedures" because their key is "code").
-_GENERIC_WORDS = frozenset({"code", "name", "type", "date", "year", "time", "number", "status"})
-
-
-def _column_words(column: Column) -> list[str]:
-    """A column's name as words, without a trailing role number (`club_id_2`)."""
-    words = words_of(column.name).split()
-    while words and words[-1].isdigit():
-        words.pop()
-    return words
-
-
-@functools.lru_cache(maxsize=64)
-def implicit_keys(schema: Schema) -> tuple[ForeignKey, ...]:
-    """Columns that look like undeclared foreign keys, of the same kind (numeric or not) as the
-    column they point to, only between tables that no declared key joins; the first found for
-    a pair of tables wins, in this order:
-
-    1. the same name as a primary-key column of another table (not a bare `id`);
-    2. named after another table, its single-column key the target (`flights.airline` ->
-       `airlines`);
-    3. named after another table, whole or by its last word, with or without `_id`
-       (`building_id` -> `buildings`, `maker` -> `car_makers`) or a name that ends with a
-       table's (`destairport` -> `airports`): the column of the same name and kind there, else
-       its single-column key;
-    4. a role before another table's key name (`src_apid` -> `apid`, `driver_employee_id` ->
-       `employee_id`; not for a bare `id` or a generic word like `code`).
-
-    Measured on Spider's 166 schemas (tables.json) with their declared keys hidden, as table
-    pairs: rules 1-2 found 553 of the 742 declared pairs (156 others); rules 1-4 find 645
-    (184 others, most of them relations Spider does not declare: `batting.team_id` ->
-    `team`)."""
-    joined = {
-        frozenset((schema.columns[k.column].table, schema.columns[k.referenced].table))
-        for k in schema.foreign_keys
-    }
-    found: list[ForeignKey] = []
-
-    def add(column: int, referenced: int) -> None:
-        pair = frozenset((schema.columns[column].table, schema.columns[referenced].table))
-        if pair not in joined and schema.columns[column].numeric == (
-            schema.columns[referenced].numeric
-        ):
-            found.append(ForeignKey(column=column, referenced=referenced))
-
-    # 1 and 2
-    primaries = [schema.primary_key(table) for table in range(len(schema.tables))]
-    for table, primary in enumerate(primaries):
-        names = {words_of(schema.tables[table].name).replace(" ", "_")}
-        names |= {name[:-1] for name in names if name.endswith("s")}
-        for key in primary:
-            target = schema.columns[key]
-            for index, column in enumerate(schema.columns):
-                if column.table == table:
-                    continue
-                name = column.name.lower()
-                same = name == target.name.lower() and name != "id"
-                named_after = len(primary) == 1 and words_of(column.name).replace(" ", "_") in names
-                if same or named_after:
-                    add(index, key)
-    joined |= {
-        frozenset((schema.columns[k.column].table, schema.columns[k.referenced].table))
-        for k in found
-    }
-    first = len(found)
-    # 3
-    whole: dict[str, list[int]] = {}
-    last: dict[str, list[int]] = {}
-    for table, entry in enumerate(schema.tables):
-        words = words_of(entry.name).split()
-        whole.setdefault(_singular("".join(words)), []).append(table)
-        if len(words) > 1:
-            last.setdefault(_singular(words[-1]), []).append(table)
-    for index, column in enumerate(schema.columns):
-        words = _column_words(column)
-        base = "".join(words[:-1] if len(words) > 1 and words[-1] == "id" else words)
-        if not base:
-            continue
-        tables = whole.get(base, []) or ([] if base in _GENERIC_WORDS else last.get(base, []))
-        if not tables:
-            tables = [
-                t
-                for stem, ts in whole.items()
-                if len(stem) >= 5 and base.endswith(stem) and base != stem
-                for t in ts
-            ]
-        tables = [t for t in tables if t != column.table]
-        if not tables or frozenset((column.table, tables[0])) in joined:
-            continue
-        indexes = schema.table_columns[tables[0]]
-        namesakes = [
-            i
-            for i in indexes
-            if schema.columns[i].name.lower() == column.name.lower()
-            and schema.columns[i].numeric == column.numeric
-        ]
-        primary = primaries[tables[0]]
-        pointed = namesakes[0] if namesakes else (primary[0] if len(primary) == 1 else None)
-        if pointed is not None:
-            add(index, pointed)
-            joined.add(frozenset((column.table, tables[0])))
-    # 4
-    for table, primary in enumerate(primaries):
-        if len(primary) != 1:
-            continue
-        key_words = _column_words(schema.columns[primary[0]])
-        if key_words == ["id"] or (
-            len(key_words) == 1 and (len(key_words[0]) < 4 or key_words[0] in _GENERIC_WORDS)
-        ):
-            continue
-        for index, column in enumerate(schema.columns):
-            if column.table == table or frozenset((column.table, table)) in joined:
-                continue
-            words = _column_words(column)
-            if len(words) > len(key_words) and words[-len(key_words) :] == key_words:
-                before = len(found)
-                add(index, primary[0])
-                if len(found) > before:
-                    joined.add(frozenset((column.table, table)))
-    return (
-        *sorted(found[:first], key=lambda k: (k.column, k.referenced)),
-        *sorted(found[first:], key=lambda k: (k.column, k.referenced)),
-    )
-
-
-def _implicit_links(schema: Schema, declared: dict[tuple[int, int], _Link]) -> list[_Link]:
-    """One link per pair of tables that only an implicit key joins: the first such key."""
-    links: dict[tuple[int, int], _Link] = {}
-    for key in implicit_keys(schema):
-        a, b = schema.columns[key.column].table, schema.columns[key.referenced].table
-        pair = (min(a, b), max(a, b))
-        if pair not in declared and pair not in links:
-            columns = (key.column, key.referenced) if a < b else (key.referenced, key.column)
-            links[pair] = _Link(pair[0], pair[1], (columns,), _IMPLICIT)
-    return list(links.values())
-
-
-def _links(schema: Schema) -> dict[int, list[tuple[int, _Link]]]:
-    """For each table, its neighbours and the links to them, in table order."""
-    declared = _declared_links(schema)
-    neighbours: dict[int, list[tuple[int, _Link]]] = {t: [] for t in range(len(schema.tables))}
-    for link in [*declared.values(), *_implicit_links(schema, declared)]:
-        neighbours[link.a].append((link.b, link))
-        neighbours[link.b].append((link.a, link))
-    for entries in neighbours.values():
-        entries.sort(key=lambda entry: entry[0])
-    return neighbours
-
-
-@dataclass(frozen=True)
-class JoinStep:
-    """A table of FROM and how it joins an earlier one (`parent`, None for the first)."""
-
-    table: int
-    parent: int | None
-    pairs: tuple[tuple[int, int], ...]  # (column of parent, column of table)
-
-
-def join_tree(schema: Schema, tables: Iterable[int]) -> list[JoinStep]:
-    """The tables in FROM order, each with its join to an earlier one: the given tables and the
-    intermediate ones that connect them (repeated shortest paths over the foreign-key graph)."""
-    terminals = sorted(set(tables))
-    if not terminals:
-        raise CompletionError("no table")
-    neighbours = _links(schema)
-    order = [JoinStep(terminals[0], None, ())]
-    in_tree = {terminals[0]}
-    remaining = set(terminals[1:])
-    while remaining:
-        distance: dict[int, int] = {t: 0 for t in in_tree}
-        previous: dict[int, tuple[int, _Link]] = {}
-        heap = [(0, t) for t in sorted(in_tree)]
-        while heap:
-            cost, table = heapq.heappop(heap)
-            if cost > distance[table]:
-                continue
-            for other, link in neighbours[table]:
-                if cost + link.cost < distance.get(other, math.inf):
-                    distance[other] = cost + link.cost
-                    previous[other] = (table, link)
-                    heapq.heappush(heap, (cost + link.cost, other))
-        reachable = [t for t in sorted(remaining) if t in distance]
-        if not reachable:
-            names = ", ".join(schema.tables[t].qualified_name for t in sorted(remaining))
-            joined = ", ".join(schema.tables[j.table].qualified_name for j in order)
-            raise CompletionError("tables not connected", f"{names} to {joined}")
-        target = min(reachable, key=lambda t: (distance[t], t))
-        path: list[JoinStep] = []
-        table = target
-        while table not in in_tree:
-            parent, link = previous[table]
-            path.append(JoinStep(table, parent, link.seen_from(parent)))
-            table = parent
-        for step in reversed(path):
-            order.append(step)
-            in_tree.add(step.table)
-        remaining -= in_tree
-    return order
 
 
 # --- the question's cues -----------------------------------------------------------------------
@@ -851,7 +583,7 @@ def _membership(writer: _Writer, column: int, outer: set[int], question: str = "
                 source = writer.table(schema.columns[found].table)
                 return f"(SELECT {writer.column(found, bare=True)} FROM {source})"  # noqa: S608 (quoted names)
     neighbours = sorted(
-        (other in outer, link.cost, other, link) for other, link in _links(schema)[table]
+        (other in outer, link.cost, other, link) for other, link in links(schema)[table]
     )
     if not neighbours:
         raise CompletionError("no foreign key for IN", schema.qualified(column))
@@ -1467,7 +1199,10 @@ def complete(
     for table in sketch.tables:
         if not 0 <= table < len(schema.tables):
             raise CompletionError("unsupported item", f"table {table}")
-    joined = join_tree(schema, {*sketch.tables, *(schema.columns[c].table for c in mentioned)})
+    try:
+        joined = join_tree(schema, {*sketch.tables, *(schema.columns[c].table for c in mentioned)})
+    except JoinError as error:
+        raise CompletionError(error.reason, error.detail) from error
 
     # LIMIT is decided first: the number of "top 3" in the question is not a value.
     limit: int | None = None

@@ -63,11 +63,11 @@ from proxy.nl2sql.complete_plm import (
     CompletionError,
     Literal,
     complete,
-    implicit_keys,
     question_literals,
     set_operation,
 )
 from proxy.nl2sql.database import Database
+from proxy.nl2sql.joins import implicit_keys
 from proxy.nl2sql.llm import LLMError
 from proxy.nl2sql.prompts import (
     Message,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from proxy.nl2sql.joins import connected, implicit_keys
 from proxy.nl2sql.schema import Schema
 
 STAR = -1
@@ -396,10 +397,12 @@ def named_tables(
     """The FROM a SELECT x KEYWORDS pair calls for itself: the tables of the columns its SELECT
     and slots name, plus those of `model_tables` (the sketch model's best FROM set) that the
     question names (`said`: `tables_named_in`); for a pair that counts rows, plus every table
-    the question names (what is
-    counted is a table no column names: "how many pets do students older than 20 own" counts
-    pets of students). None when that leaves no table, or when a counting pair has a nested
-    predicate (the table named may be the subquery's: "dogs that have not had a treatment").
+    the question names (what is counted is a table no column names: "how many pets do students
+    older than 20 own" counts pets of students); and the tables that join them
+    (`joins.connected`: "singers in concerts of 2014" is singer, singer_in_concert and concert,
+    as completion writes it). None when that leaves no table, or when a counting pair has a
+    nested predicate (the table named may be the subquery's: "dogs that have not had a
+    treatment").
 
     The sketch model scores tables on their own, and its FROM sets often carry a table nothing
     asks for; joined in, it multiplies or drops rows ("singers by net worth" joined with their
@@ -418,7 +421,7 @@ def named_tables(
         return None
     named = {schema.columns[column].table for column in columns}
     named.update(said if counts else said & model_tables)
-    return frozenset(named) if named else None
+    return connected(schema, named) if named else None
 
 
 _SPOKEN_AGGREGATE = {
@@ -613,8 +616,6 @@ def columns_of_named_tables(
     the other columns use ("the population and life expectancy in Brazil": country's, not
     city's). Keys (primary, foreign or implicit) stay where they are: they say how tables
     join. `said`: `tables_named_in(question, schema)`, where the caller has it."""
-    from proxy.nl2sql.complete_plm import implicit_keys  # here: completion imports this module
-
     said = tables_named_in(question, schema) if said is None else said
     keys = {k.column for k in (*schema.foreign_keys, *implicit_keys(schema))} | {
         i for i, c in enumerate(schema.columns) if c.primary_key
@@ -730,8 +731,6 @@ def counted_by_value(
     else); with nothing left to group by, GROUP BY and HAVING go. The operator is the
     completion's to read from the words ("more than"). None where no grouped column is
     said that way. Keys are never moved: "more than 2 car makers" counts makers."""
-    from proxy.nl2sql.complete_plm import implicit_keys  # here: completion imports this module
-
     grouped = sorted(c for c in slots.group_by if c != STAR and schema.columns[c].numeric)
     if not grouped:
         return None

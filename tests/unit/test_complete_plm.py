@@ -18,11 +18,11 @@ from proxy.nl2sql.complete_plm import (
     CompletionError,
     Literal,
     complete,
-    implicit_keys,
     limit_in_question,
     question_literals,
     quote_identifier,
 )
+from proxy.nl2sql.joins import implicit_keys
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table, load_spider_schemas
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
 

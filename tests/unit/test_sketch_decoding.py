@@ -459,6 +459,32 @@ def test_named_tables_are_the_tables_of_the_columns_named() -> None:
     assert named == frozenset({SINGER, CONCERT})
 
 
+CONCERTS = Schema(
+    "concerts",
+    (Table("singer"), Table("singer_in_concert"), Table("concert")),
+    (
+        Column(0, "singer_id", "number", primary_key=True),
+        Column(0, "name"),
+        Column(1, "singer_id", "number", primary_key=True),
+        Column(1, "concert_id", "number", primary_key=True),
+        Column(2, "concert_id", "number", primary_key=True),
+        Column(2, "year", "number"),
+    ),
+    (ForeignKey(column=2, referenced=0), ForeignKey(column=3, referenced=4)),
+)
+
+
+def test_named_tables_take_the_tables_that_join_them() -> None:
+    select = frozenset({SelectItem("", 1)})
+    in_2014 = Slots(where=(Predicate(5, "="),))
+    question = "List the names of singers in concerts of 2014."
+    said = tables_named_in(question, CONCERTS)
+    named = named_tables(CONCERTS, select, in_2014, said, frozenset({0, 2}))
+    assert named == frozenset({0, 1, 2})
+    # one table needs nothing to join it
+    assert named_tables(CONCERTS, select, Slots(), said, frozenset({0})) == frozenset({0})
+
+
 def test_named_tables_keep_the_model_tables_the_question_names() -> None:
     select = frozenset({SelectItem("", NAME)})
     asked = "What are the names of singers who have songs?"
