@@ -21,7 +21,8 @@ inserted into an indexed table in 10.7 s, the same index built over them in 2.8 
 
 The model runs in a worker thread on groups of whole columns ([index] batch_size values, the
 embedder sorting them by length), starting while the columns are still being read; embeddings
-not yet written are held for at most about two groups (see _Embedding).
+not yet written are held for at most about two groups (see _Embedding). A text two columns hold
+is embedded once.
 
 Frequencies are the number of rows holding each value, except in tables with row-level security
 enabled, where they are recorded as 0: a count over all rows would tell a role about rows it
@@ -88,7 +89,8 @@ class BuildReport:
     unchanged: list[ColumnRef] = field(default_factory=list)
     removed: dict[ColumnRef, str] = field(default_factory=dict)
     skipped: dict[ColumnRef, str] = field(default_factory=dict)
-    values_embedded: int = 0
+    values_embedded: int = 0  # values written with their embedding
+    values_reused: int = 0  # of those, the same text as another column's: embedded once
     values_removed: int = 0
     seconds: float = 0.0
     bulk: bool = False  # the search indexes were dropped and built again in one pass
@@ -110,7 +112,13 @@ class BuildReport:
             f"{len(self.added)} new, {len(self.changed)} changed, {len(self.unchanged)} "
             f"unchanged; {len(self.removed)} removed, {len(self.skipped)} skipped",
             f"embedded {self.values_embedded:,} values in {self.seconds:.1f} s "
-            f"({self.values_per_second:,.0f} values/s); removed {self.values_removed:,} values"
+            f"({self.values_per_second:,.0f} values/s"
+            + (
+                f"; {self.values_reused:,} the same text as another column's, embedded once"
+                if self.values_reused
+                else ""
+            )
+            + f"); removed {self.values_removed:,} values"
             + ("; search indexes rebuilt in one pass" if self.bulk else "")
             + (f"; HNSW graph built with {self.graph}" if self.graph else ""),
         ]
@@ -316,64 +324,110 @@ def _vectors(embedder: Embedder, values: Sequence[str]) -> list[bytes]:
     return [head + row.tobytes() for row in matrix]
 
 
+@dataclass
+class _Group:
+    """Whole columns embedded together: their changes, and the texts the model embeds for them
+    (each text once, and only where no earlier group of this build embeds it)."""
+
+    number: int
+    changes: list[_Change] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+
+
 class _Embedding:
     """Embeds the new values of the columns added to it in a worker thread, a group of whole
     columns at a time, so that the model works while the build reads and writes.
 
-    A group is handed to the model when it reaches `size` values, or as soon as it holds one
+    A group is handed to the model when it reaches `size` texts, or as soon as it holds one
     ONNX batch while the model is idle (so that the model starts early and never waits for the
-    reads); embedded groups not yet taken by the writes hold at most `2 * size` values (a group
+    reads); embedded groups not yet taken by the writes hold at most `2 * size` texts (a group
     is not started while it would hold more, unless nothing else is running), which bounds the
-    memory the vectors take."""
+    memory the vectors take.
+
+    A text is embedded once a build: a value that another column of the build also holds (a
+    city that is also a district, a country's name that is also its local name) takes the
+    vector of the first. Vectors a later group takes from an earlier one are kept until taken,
+    at most `2 * size` of them; one not kept is embedded again when its group is written."""
 
     def __init__(self, embedder: Embedder, size: int) -> None:
         self._embedder = embedder
         self._size = max(size, 1)
-        self._filling: list[_Change] = []
-        self._held = 0
-        self._waiting: deque[list[_Change]] = deque()
-        self._running: deque[tuple[list[_Change], int, Future[list[bytes]]]] = deque()
+        self._filling = _Group(0)
+        self._first: dict[str, int] = {}  # text -> the group that embeds it
+        self._wanted: dict[str, int] = {}  # text -> how many later columns take its vector
+        self._kept: dict[str, bytes] = {}
+        self._waiting: deque[_Group] = deque()
+        self._running: deque[tuple[_Group, Future[list[bytes]]]] = deque()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgnl-embed")
+        self.reused = 0  # values that took the vector of the same text in an earlier column
 
     def add(self, change: _Change) -> None:
-        if self._filling and self._held + len(change.new_values) > self._size:
+        fresh = [value for value in change.new_values if value not in self._first]
+        if self._filling.changes and len(self._filling.texts) + len(fresh) > self._size:
             self._close_group()
-        self._filling.append(change)
-        self._held += len(change.new_values)
-        if self._held >= EAGER_GROUP and self._model_idle():
+        group = self._filling
+        for value in change.new_values:
+            if self._first.setdefault(value, group.number) != group.number:
+                self._wanted[value] = self._wanted.get(value, 0) + 1
+        group.changes.append(change)
+        group.texts += fresh
+        self.reused += len(change.new_values) - len(fresh)
+        if len(group.texts) >= EAGER_GROUP and self._model_idle():
             self._close_group()
 
     def groups(self) -> Iterator[tuple[list[_Change], list[bytes]]]:
-        """Every group added, in order, with its new values' embeddings (pgvector binary)."""
+        """Every group added, in order, with its changes' new values' embeddings (pgvector
+        binary, in the order of the changes and of their new values)."""
         self._close_group()
         while self._running:
-            group, _, pending = self._running.popleft()
-            vectors = pending.result()
+            group, pending = self._running.popleft()
+            vectors = dict(zip(group.texts, pending.result(), strict=True))
             self._start()
-            yield group, vectors
+            # values whose vector an earlier group made: kept, or (past the bound) made again
+            later = [
+                value
+                for change in group.changes
+                for value in change.new_values
+                if self._first[value] != group.number
+            ]
+            missing = list(dict.fromkeys(v for v in later if v not in self._kept))
+            vectors.update(zip(missing, _vectors(self._embedder, missing), strict=True))
+            for value in later:
+                if value not in vectors:
+                    vectors[value] = self._kept[value]
+                self._wanted[value] -= 1
+                if not self._wanted[value]:
+                    del self._wanted[value]
+                    self._kept.pop(value, None)
+            for value in group.texts:
+                if value in self._wanted and len(self._kept) < 2 * self._size:
+                    self._kept[value] = vectors[value]
+            yield (
+                group.changes,
+                [vectors[value] for change in group.changes for value in change.new_values],
+            )
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _model_idle(self) -> bool:
-        return not self._waiting and all(pending.done() for _, _, pending in self._running)
+        return not self._waiting and all(pending.done() for _, pending in self._running)
 
     def _close_group(self) -> None:
-        if self._filling:
+        if self._filling.changes:
             self._waiting.append(self._filling)
-            self._filling, self._held = [], 0
+            self._filling = _Group(self._filling.number + 1)
         self._start()
 
     def _start(self) -> None:
         while self._waiting:
             group = self._waiting[0]
-            values = [value for change in group for value in change.new_values]
-            held = sum(count for _, count, _ in self._running)
-            if self._running and held + len(values) > 2 * self._size:
+            held = sum(len(running.texts) for running, _ in self._running)
+            if self._running and held + len(group.texts) > 2 * self._size:
                 return
             self._waiting.popleft()
-            pending = self._pool.submit(_vectors, self._embedder, values)
-            self._running.append((group, len(values), pending))
+            pending = self._pool.submit(_vectors, self._embedder, group.texts)
+            self._running.append((group, pending))
 
 
 def _write_column(conn: psycopg.Connection[Any], change: _Change, vectors: list[bytes]) -> None:
@@ -715,6 +769,7 @@ def build_index(
                         written = report.added if change.stored is None else report.changed
                         written.append(change.column.ref)
                         tracker.column_done()
+                report.values_reused = embedding.reused
                 _mark_checked(conn, report.unchanged)
                 indexed = set(report.indexed) | kept
                 for ref in sorted(set(stored) - indexed):

@@ -757,24 +757,64 @@ def test_a_build_embeds_whole_columns_together_in_groups_of_batch_size(
         rows = index_rows(conn)
     calls = recording.calls[1:]  # the first embeds the signature probe
     columns = [sorted(rows[column]) for column in report.added]  # in the order written
-    assert sum(len(call) for call in calls) == report.values_embedded == sum(map(len, columns))
+    texts = [text for call in calls for text in call]
+    # each text once: cities.name and people.city_name share four cities
+    assert sorted(texts) == sorted({value for values in columns for value in values})
+    assert report.values_embedded == sum(map(len, columns))
+    assert report.values_reused == report.values_embedded - len(texts) > 0
     assert len(calls) > 1
     taken = 0
     together = 0
-    for call in calls:  # each call: whole columns, in order, together while they fit in 4
+    seen: set[str] = set()
+    for call in calls:  # each call: whole columns' new texts, in order, together while they fit
         gathered: list[str] = []
         first = taken
         while sorted(gathered) != sorted(call):
             assert taken < len(columns) and len(gathered) < len(call), call
-            gathered += columns[taken]
+            gathered += [v for v in columns[taken] if v not in seen and v not in gathered]
             taken += 1
+        seen.update(gathered)
         assert len(call) <= 4 or taken - first == 1, call
         together = max(together, taken - first)
-    assert taken == len(columns) and together > 1
+    assert together > 1
+    assert all(set(values) <= seen for values in columns[taken:])
     with connect(postgres, db) as conn:
-        stored = embeddings(conn, ref("cities", "name"))["Boston"]
-    vector = numpy.array(stored.strip("[]").split(","), dtype=numpy.float32)
+        city = embeddings(conn, ref("cities", "name"))["Boston"]
+        lived_in = embeddings(conn, ref("people", "city_name"))["Boston"]
+    assert lived_in == city  # the same text, embedded once, written to both columns
+    vector = numpy.array(city.strip("[]").split(","), dtype=numpy.float32)
     assert float(vector @ embedder.embed(["Boston"])[0]) > 0.95  # its own, not a neighbour's
+
+
+def test_a_text_two_columns_hold_is_embedded_again_past_the_memory_bound(
+    postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
+) -> None:
+    towns = ("Avignon", "Bergen", "Cadiz", "Dakar", "Essen")
+    db = new_database(
+        "CREATE TABLE people (home text); CREATE TABLE towns (name text);"
+        "INSERT INTO people VALUES ('Avignon'), ('Bergen'), ('Cadiz'), ('Dakar'), ('Essen'), "
+        "('Faro'); INSERT INTO towns VALUES ('Avignon'), ('Bergen'), ('Cadiz'), ('Dakar'), "
+        "('Essen');"
+    )
+    recording = Recording(embedder)
+    with connect(postgres, db) as conn:
+        # groups of one column; at most 2 x 1 vectors kept for the later column
+        report = build(conn, recording, batch_size=1)
+        assert report.added == [ref("people", "home"), ref("towns", "name")]
+        homes = embeddings(conn, ref("people", "home"))
+        names = embeddings(conn, ref("towns", "name"))
+    first, again = recording.calls[1:]
+    assert sorted(first) == sorted((*towns, "Faro"))
+    assert len(again) == 3 and set(again) < set(towns)  # the 3 not kept, embedded again
+    assert report.values_reused == 5
+    for town in towns:
+        a, b = (
+            numpy.array(v.strip("[]").split(","), dtype=numpy.float32)
+            for v in (homes[town], names[town])
+        )
+        assert float(a @ b) > 0.99, town
+        if town not in again:
+            assert homes[town] == names[town]
 
 
 def test_a_model_failure_during_a_build_keeps_the_index_whole(
