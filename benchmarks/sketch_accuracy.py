@@ -185,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     questions = dev_questions(limit=args.limit)
     shipped = load_sketcher()
-    form = read_manifest(resolve_models_dir())["models"][SKETCH_MODEL].get("shipped_form", "")
+    entries = read_manifest(resolve_models_dir())["models"]
+    form = entries[SKETCH_MODEL].get("shipped_forms") or entries[SKETCH_MODEL].get("shipped_form")
     say(f"shipped models ({form}) on {shipped.provider}")
     variants = {f"ONNX {form} (shipped)": shipped}
     tokenizer = resolve_models_dir() / SKETCH_MODEL / "tokenizer.json"
