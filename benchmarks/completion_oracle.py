@@ -56,7 +56,7 @@ from proxy.nl2sql.complete_plm import (
     question_literals,
     set_operation,
 )
-from proxy.nl2sql.joins import join_tree
+from proxy.nl2sql.joins import connected
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.sketch import STAR, Sketch
 
@@ -257,8 +257,8 @@ def _reason(
     ):
         return "question literals differ from gold's"
     mentioned = {schema.columns[c].table for i in sketch.select if (c := i.column) != STAR}
-    tables = {j.table for j in join_tree(schema, set(sketch.tables) | mentioned)}
-    if tables != set(sketch.tables):
+    tables = connected(schema, set(sketch.tables) | mentioned)
+    if tables != sketch.tables:
         return "join path adds tables"
     if len(tables) > 1 and _join_columns(gold) != _join_columns(completed):
         return "join on other columns"
