@@ -6,14 +6,16 @@ and tokenizer of each, with their entries in `proxy/models/manifest.json`.
 
 Each model is exported as fp32 ONNX (TorchScript exporter, opset 17; checked against PyTorch: the
 largest logit difference on dev inputs is recorded and must stay under 1e-3), then made smaller,
-in two forms: int8 (the encoder's MatMul weights quantized by onnxruntime's dynamic
+in three forms: int8 (the encoder's MatMul weights quantized by onnxruntime's dynamic
 quantization, per channel; the small heads stay float32; the word-embedding table stored as
-float16) and float16 weights (every large weight stored as float16 and cast back, computing in
-float32). The pairs of forms are tried in order (`COMBINATIONS`: both int8, then the sketch
-model in float16 weights with an int8 aligner, then both in float16 weights); the first pair
-that loses at most 1 point of top-1 and top-k accuracy against fp32 in every part (SELECT, FROM,
-KEYWORDS) under every ranking on Spider dev is shipped; the figures of a rejected pair are kept
-in the manifest. The fp32 models stay in `build/onnx/` for the
+float16), int8 mixed (the same, with the MatMuls that lose most in int8 left in float32:
+`sensitive_matmul`) and float16 weights (every large weight stored as float16 and cast back,
+computing in float32). The pairs of forms are tried in order (`COMBINATIONS`: both int8, then
+the sketch model in int8 mixed, then in float16 weights, each with an int8 aligner, then both in
+float16 weights); the first pair that loses at most 1 point of top-1 and top-k accuracy against
+fp32 in every part (SELECT, FROM, KEYWORDS) under every ranking on Spider dev, and gets none of
+the hand-checked questions (`hand_checked`) wrong that fp32 gets right, is shipped; the figures
+of a rejected pair are kept in the manifest. The fp32 models stay in `build/onnx/` for the
 benchmark's side-by-side figures.
 
 The manifest records, for each model: the training data (sha256 of Spider's train.json and
@@ -29,13 +31,14 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import argparse
+import functools
 import json
 import platform
 import shutil
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,7 @@ import numpy as np
 
 from model_export.evaluate_sketch import PARTS, RANKINGS, accuracy, dev_questions
 from model_export.export_embedder import write_manifest
+from model_export.hand_checked import missed
 from model_export.train_aligner import DEFAULT_WORKDIR as ALIGNER_WORKDIR
 from model_export.train_aligner import aligner_model, load_sketch_model
 from model_export.train_sketch import DEFAULT_WORKDIR as SKETCH_WORKDIR
@@ -61,12 +65,15 @@ MAX_LOSS = 1.0  # points of top-1 accuracy the shipped model may lose against fp
 MAX_LOGIT_DIFFERENCE = 1e-3
 COMBINATIONS = (
     ("int8", "int8"),
+    ("int8 mixed", "int8"),
     ("float16 weights", "int8"),
     ("float16 weights", "float16 weights"),
 )
 """(sketch model form, aligner form), tried in this order. Measured on Spider dev: int8 costs the
-sketch model 1.7 points of FROM (2026-12-01), the aligner at most 0.6 of any part and ranking
-(2026-12-02), and makes it 1.4 times as fast (aligner p50 45 -> 33 ms a question)."""
+sketch model 1.6-1.7 points of FROM (2026-12-01, 2026-12-02), int8 with its most sensitive
+MatMuls in float32 (`sensitive_matmul`) at most 0.7 of any part and ranking, and int8 costs the
+aligner at most 0.6 (2026-12-02) and makes it 1.4 times as fast (aligner p50 45 -> 33 ms a
+question)."""
 
 
 def say(text: str) -> None:
@@ -177,11 +184,27 @@ def export_aligner_fp32(target: Path, workdir: Path, layers: int) -> float:
     return float(np.abs(expected - got).max())
 
 
-def shrink(source: Path, target: Path) -> dict[str, Any]:
+def sensitive_matmul(name: str) -> bool:
+    """The encoder MatMuls whose int8 form costs the sketch model most: all of the first layer's,
+    and every layer's feed-forward output projection (its input, after GELU, has the widest
+    range, which one uint8 scale per tensor serves worst). Measured on Spider dev (2026-12-02,
+    int8 aligner): the whole encoder in int8 lost 1.6 points of FROM (aligner ranking) against
+    fp32; the output projections alone kept in float32, 1.7 (combined FROM); those of layers 0-2,
+    1.5; the output projections and layer 0, at most 0.7 in any part and ranking, for a sketch
+    model p50 of 40.7 ms against 36.3 all int8 and 49.7 float16 weights (120 dev questions,
+    interleaved). Its best sketch changed the keywords of 8 of 1030 labelled dev questions (2
+    right where fp32 was wrong, 3 the other way), but "What is the name of the oldest singer?"
+    lost its LIMIT (`hand_checked`), so the float16 form is the one shipped."""
+    return "/layer.0/" in name or ("/output/dense/" in name and "/attention/" not in name)
+
+
+def shrink(
+    source: Path, target: Path, keep_float32: Callable[[str], bool] | None = None
+) -> dict[str, Any]:
     """int8 MatMul weights in the encoder (dynamic quantization, per channel) and a float16
     word-embedding table; returns what was done. The heads' MatMuls are left in float32: they
     are small, and quantizing them too cost 1.8 points of FROM (top-1 on Spider dev, measured
-    2026-12-01), over the 1-point bound."""
+    2026-12-01), over the 1-point bound. So are the encoder MatMuls `keep_float32` names."""
     import onnx
     from onnx import helper, numpy_helper
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -190,7 +213,8 @@ def shrink(source: Path, target: Path) -> dict[str, Any]:
     heads = [
         node.name
         for node in onnx.load(str(source), load_external_data=False).graph.node
-        if node.op_type == "MatMul" and "_head/" in node.name
+        if node.op_type == "MatMul"
+        and ("_head/" in node.name or (keep_float32 is not None and keep_float32(node.name)))
     ]
     quantize_dynamic(
         str(source),
@@ -217,6 +241,7 @@ def shrink(source: Path, target: Path) -> dict[str, Any]:
         "matmul_weights": (
             "int8 in the encoder (onnxruntime.quantization.quantize_dynamic, QInt8, per "
             "channel); the heads' MatMuls stay float32"
+            + ("" if keep_float32 is None else ", and so do the encoder's listed below")
         ),
         "float32_matmuls": heads,
         "activations": "uint8, dynamic (per tensor, per run)",
@@ -340,9 +365,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return result
 
     figures = {"fp32": measure("fp32", sketch_fp32, aligner_fp32)}
+    fp32_missed = missed(Sketcher.from_files(sketch_fp32, aligner_fp32, tokenizer))
+    if fp32_missed:
+        say(f"fp32 gets these hand-checked questions wrong: {'; '.join(fp32_missed)}")
     # Each model's smaller forms, made once; combinations in order of preference (the smaller and
     # faster first): the first within MAX_LOSS of fp32 in every part and ranking is shipped.
-    makers = {"int8": shrink, "float16 weights": store_float16}
+    makers: dict[str, Callable[[Path, Path], dict[str, Any]]] = {
+        "int8": shrink,
+        "int8 mixed": functools.partial(shrink, keep_float32=sensitive_matmul),
+        "float16 weights": store_float16,
+    }
     made: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
 
     def form_of(name: str, fp32: Path, form: str) -> tuple[Path, dict[str, Any]]:
@@ -363,10 +395,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             for part in PARTS
         }
         worst = max(losses, key=lambda k: losses[k])
-        if losses[worst] <= MAX_LOSS:
+        wrong = [
+            question
+            for question in missed(Sketcher.from_files(sketch_small, aligner_small, tokenizer))
+            if question not in fp32_missed
+        ]
+        if losses[worst] <= MAX_LOSS and not wrong:
             break
-        say(f"{label} loses {losses[worst]:.1f} points ({worst}) against fp32: not shipping it")
-        rejected[label] = {"largest_loss": {worst: round(losses[worst], 1)}, **figures[label]}
+        reasons = [f"loses {losses[worst]:.1f} points ({worst}) against fp32"] * (
+            losses[worst] > MAX_LOSS
+        )
+        reasons += [f"gets wrong what fp32 gets right: {'; '.join(wrong)}"] * bool(wrong)
+        say(f"{label} {', and '.join(reasons)}: not shipping it")
+        rejected[label] = {
+            "largest_loss": {worst: round(losses[worst], 1)},
+            "hand_checked_wrong": wrong,
+            **figures[label],
+        }
     else:
         say("no smaller form is within a point of fp32: nothing shipped")
         return 1

@@ -12,10 +12,11 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
+from model_export.hand_checked import QUESTIONS, HandChecked
 from proxy import runtime
 from proxy.config import ConfigError, RuntimeSettings, SketchSettings
 from proxy.nl2sql import sketcher as sketch_stage
-from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table, load_spider_schemas
+from proxy.nl2sql.schema import Column, Schema, Table, load_spider_schemas
 from proxy.nl2sql.sketch import (
     AGGREGATES,
     KEYWORDS,
@@ -108,31 +109,18 @@ def test_every_dev_schema_gets_valid_ranked_sketches(sketcher: sketch_stage.Sket
             assert len({items for items, _ in candidates}) == len(candidates)
 
 
-def test_a_question_about_singers_reads_the_singer_table(
-    sketcher: sketch_stage.Sketcher,
+@pytest.mark.parametrize("item", QUESTIONS, ids=lambda item: item.question)
+def test_hand_checked_questions_get_their_sketch(
+    sketcher: sketch_stage.Sketcher, item: HandChecked
 ) -> None:
-    schema = Schema(
-        name="music",
-        tables=(Table("singer"), Table("concert"), Table("singer_in_concert")),
-        columns=(
-            Column(0, "singer_id", "number", primary_key=True),
-            Column(0, "name"),
-            Column(0, "country"),
-            Column(0, "age", "number"),
-            Column(1, "concert_id", "number", primary_key=True),
-            Column(1, "concert_name"),
-            Column(1, "year", "number"),
-            Column(2, "concert_id", "number"),
-            Column(2, "singer_id", "number"),
-        ),
-        foreign_keys=(ForeignKey(7, 4), ForeignKey(8, 0)),
-    )
-    best = sketcher.sketch("How many singers are there?", schema)[0]
-    assert best.tables == frozenset({0})
-    assert best.select_text(schema) == "count(*)"
-    oldest = sketcher.sketch("What is the name of the oldest singer?", schema)[0]
-    assert oldest.tables == frozenset({0})
-    assert {"order by", "desc", "limit"} <= oldest.keywords
+    """The plain questions a user tries first ("How many singers are there?" reads the singer
+    table and counts its rows); the exporter ships no form that gets them wrong."""
+    best = sketcher.sketch(item.question, item.schema)[0]
+    assert best.tables == item.tables
+    if item.select is not None:
+        assert best.select_text(item.schema) == item.select
+    assert item.keywords <= best.keywords
+    assert item.answered_by(best)
 
 
 def test_big_schemas_are_split_not_cut(sketcher: sketch_stage.Sketcher) -> None:
