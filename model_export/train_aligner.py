@@ -36,7 +36,7 @@ from model_export.train_sketch import (
     read_examples,
     tokenizer_path,
 )
-from model_export.training import add_precision_argument, use_bf16
+from model_export.training import add_device_argument, add_precision_argument, use_bf16
 from proxy.nl2sql.aligner import MAX_LENGTH, pair_text
 from proxy.nl2sql.encoding import WindowEncoder
 from proxy.nl2sql.schema import load_spider_schemas
@@ -93,7 +93,7 @@ def load_sketch_model(workdir: Path) -> Any:
     from model_export.sketch_model import SketchModel, load_encoder
 
     model = SketchModel(load_encoder())
-    model.load_state_dict(torch.load(workdir / "model.pt", weights_only=True))
+    model.load_state_dict(torch.load(workdir / "model.pt", weights_only=True, map_location="cpu"))
     model.eval()
     return model
 
@@ -152,25 +152,29 @@ class PairTensors:
     def length(self, row: int) -> int:
         return len(self.encodings[row].ids)
 
-    def batch(self, rows: Sequence[int]) -> dict[str, Any]:
+    def batch(self, rows: Sequence[int], device: Any = "cpu") -> dict[str, Any]:
         import torch
 
         width = (max(self.length(r) for r in rows) + 15) // 16 * 16
         arrays = pad_encodings([self.encodings[r] for r in rows], width)
         names = ("input_ids", "attention_mask", "token_type_ids")
-        return {name: torch.from_numpy(array) for name, array in zip(names, arrays, strict=True)}
+        return {
+            name: torch.from_numpy(array).to(device)
+            for name, array in zip(names, arrays, strict=True)
+        }
 
 
 def aligner_logits(model: Any, tensors: PairTensors, batch_size: int = 128) -> np.ndarray[Any, Any]:
     import torch
 
     model.eval()
+    device = next(model.parameters()).device
     out = np.zeros(len(tensors.encodings), dtype=np.float32)
     order = sorted(range(len(tensors.encodings)), key=tensors.length)
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            out[rows] = model(**tensors.batch(rows)).float().numpy()
+            out[rows] = model(**tensors.batch(rows, device)).float().cpu().numpy()
     return out
 
 
@@ -224,15 +228,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint-every", type=int, default=200, help="default: %(default)s")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (a smoke run)")
     add_precision_argument(parser)
+    add_device_argument(parser)
     args = parser.parse_args(argv)
 
     import torch
 
-    from model_export.training import Loop, length_batches
+    from model_export.training import Loop, choose_device, length_batches
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
-    bf16 = use_bf16(args.precision)
+    device = choose_device(args.device)
+    bf16 = use_bf16(args.precision, device)
     args.workdir.mkdir(parents=True, exist_ok=True)
     pairs_path = args.workdir / "pairs.json"
     if pairs_path.exists():
@@ -243,8 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512))
         train, _ = read_examples(args.spider / "train.json", schemas, encoder, args.limit)
         dev, _ = read_examples(args.spider / "dev.json", schemas, encoder, args.limit)
-        sketch_model = load_sketch_model(args.sketch_workdir)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        sketch_model = load_sketch_model(args.sketch_workdir).to(device)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             train_pairs = make_pairs(train, sketch_model, add_gold=True)
             dev_pairs = make_pairs(dev, sketch_model, add_gold=False)
         pairs_path.write_text(
@@ -260,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = load_tokenizer(tokenizer_path(), MAX_LENGTH)
     train_tensors = PairTensors(tokenizer, flat_train)
     dev_tensors = PairTensors(tokenizer, flat_dev)
-    model = aligner_model(args.layers)
+    model = aligner_model(args.layers).to(device)
     model.encoder.embeddings.word_embeddings.weight.requires_grad = False
     named = list(model.named_parameters())
     body = [p for n, p in named if n.startswith("encoder.") and p.requires_grad]
@@ -276,8 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     def step_loss(rows: list[int]) -> Any:
-        logits = model(**train_tensors.batch(rows)).float()
-        return loss_fn(logits, torch.from_numpy(train_tensors.labels[rows]))
+        logits = model(**train_tensors.batch(rows, device)).float()
+        return loss_fn(logits, torch.from_numpy(train_tensors.labels[rows]).to(device))
 
     Loop(
         model=model,
@@ -290,6 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint_every=args.checkpoint_every,
         items_per_batch=args.batch_size,
         bf16=bf16,
+        device=device,
     ).run()
     (args.workdir / "config.json").write_text(
         json.dumps({"layers": args.layers, **{k: str(v) for k, v in vars(args).items()}}, indent=2),

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from model_export.training import add_precision_argument, use_bf16
+from model_export.training import add_device_argument, add_precision_argument, use_bf16
 from proxy.nl2sql.encoding import EncodedWindow, WindowEncoder, batch
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.sketch import (
@@ -143,14 +143,19 @@ def batch_loss(model: Any, examples: Sequence[Example], items: Sequence[tuple[in
         column_targets[row, : len(c)] = c
         table_targets[row, : len(t)] = t
         question_targets[row] = q
-    outputs = model(*(torch.from_numpy(getattr(arrays, name)) for name in INPUT_NAMES))
+    device = next(model.parameters()).device
+
+    def tensor(array: np.ndarray[Any, Any]) -> Any:
+        return torch.from_numpy(array).to(device)
+
+    outputs = model(*(tensor(getattr(arrays, name)) for name in INPUT_NAMES))
     return loss(
         outputs,
-        column_targets=torch.from_numpy(column_targets),
-        table_targets=torch.from_numpy(table_targets),
-        question_targets=torch.from_numpy(question_targets),
-        column_mask=torch.from_numpy(arrays.column_mask),
-        table_mask=torch.from_numpy(arrays.table_mask),
+        column_targets=tensor(column_targets),
+        table_targets=tensor(table_targets),
+        question_targets=tensor(question_targets),
+        column_mask=tensor(arrays.column_mask),
+        table_mask=tensor(arrays.table_mask),
     )
 
 
@@ -158,11 +163,12 @@ def train(args: argparse.Namespace, train: Sequence[Example], dev: Sequence[Exam
     import torch
 
     from model_export.sketch_model import SketchModel, load_encoder
-    from model_export.training import Loop
+    from model_export.training import Loop, choose_device
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
-    model = SketchModel(load_encoder())
+    device = choose_device(args.device)
+    model = SketchModel(load_encoder()).to(device)
     model.encoder.embeddings.word_embeddings.weight.requires_grad = False
     named = list(model.named_parameters())
     body = [p for n, p in named if n.startswith("encoder.") and p.requires_grad]
@@ -177,7 +183,8 @@ def train(args: argparse.Namespace, train: Sequence[Example], dev: Sequence[Exam
         workdir=args.workdir,
         checkpoint_every=args.checkpoint_every,
         items_per_batch=args.batch_size,
-        bf16=use_bf16(args.precision),
+        bf16=use_bf16(args.precision, device),
+        device=device,
     ).run()
 
 
@@ -186,6 +193,7 @@ def predict(model: Any, examples: Sequence[Example], batch_size: int) -> list[Sk
     import torch
 
     model.eval()
+    device = next(model.parameters()).device
     flat = [(e, w) for e, example in enumerate(examples) for w in range(len(example.windows))]
     flat.sort(key=lambda i: examples[i[0]].windows[i[1]].length)
     outputs: dict[tuple[int, int], tuple[np.ndarray[Any, Any], ...]] = {}
@@ -193,19 +201,18 @@ def predict(model: Any, examples: Sequence[Example], batch_size: int) -> list[Sk
         for start in range(0, len(flat), batch_size):
             items = flat[start : start + batch_size]
             arrays = batch([examples[e].windows[w] for e, w in items])
-            column, table, question = model(
-                torch.from_numpy(arrays.input_ids),
-                torch.from_numpy(arrays.attention_mask),
-                torch.from_numpy(arrays.token_type_ids),
-                torch.from_numpy(arrays.column_pool),
-                torch.from_numpy(arrays.table_pool),
+            column, table, question = (
+                output.float().cpu().numpy()
+                for output in model(
+                    torch.from_numpy(arrays.input_ids).to(device),
+                    torch.from_numpy(arrays.attention_mask).to(device),
+                    torch.from_numpy(arrays.token_type_ids).to(device),
+                    torch.from_numpy(arrays.column_pool).to(device),
+                    torch.from_numpy(arrays.table_pool).to(device),
+                )
             )
             for row, item in enumerate(items):
-                outputs[item] = (
-                    column[row].float().numpy(),
-                    table[row].float().numpy(),
-                    question[row].float().numpy(),
-                )
+                outputs[item] = (column[row], table[row], question[row])
     result = []
     for e, example in enumerate(examples):
         result.append(scores_of(example, [outputs[(e, w)] for w in range(len(example.windows))]))
@@ -245,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="use only the first N train and dev examples (a smoke run)",
     )
     add_precision_argument(parser)
+    add_device_argument(parser)
     args = parser.parse_args(argv)
 
     schemas = load_spider_schemas(args.spider / "tables.json")

@@ -1,7 +1,7 @@
 """The training loop both models share: batches planned per epoch from a seed, AdamW with linear
-warm-up and decay, bf16 autocast where the CPU computes bf16 natively (`--precision`, `use_bf16`),
-a progress line, and checkpoints that let an interrupted run resume where it stopped, with the
-same batches.
+warm-up and decay, on the CPU or a CUDA GPU (`--device`, `choose_device`), bf16 autocast where
+the device computes bf16 natively (`--precision`, `use_bf16`), a progress line, and checkpoints
+that let an interrupted run resume where it stopped, with the same batches.
 
 `<workdir>/checkpoint.pt` holds the model, optimizer, scheduler, step and the per-epoch history;
 it is written atomically every `checkpoint_every` steps and after each epoch. The history (the
@@ -21,6 +21,39 @@ from typing import Any
 
 WARMUP_FRACTION = 0.05
 PRECISIONS = ("auto", "bf16", "fp32")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def choose_device(wanted: str) -> str:
+    """The torch device for `--device` (auto: cuda where torch sees a GPU, else cpu); the choice
+    and its reason are printed. Asking for cuda where torch sees none is an error that says why."""
+    import torch
+
+    if wanted not in DEVICES:
+        raise ValueError(f"--device must be one of {', '.join(DEVICES)}, not {wanted!r}")
+    available = bool(torch.cuda.is_available())
+    if wanted == "cuda" and not available:
+        raise ValueError(
+            f"--device cuda, but torch {torch.__version__} sees no CUDA device (a CPU build of "
+            "torch, or no GPU here): use --device cpu, or install a CUDA build of torch"
+        )
+    chosen = "cuda" if available and wanted != "cpu" else "cpu"
+    if wanted != "auto":
+        why = "asked for"
+    else:
+        why = "torch sees a CUDA device" if available else "torch sees no CUDA device"
+    name = torch.cuda.get_device_name(0) if chosen == "cuda" else "CPU"
+    print(f"training on {chosen}: {name} ({why})", file=sys.stderr)
+    return chosen
+
+
+def add_device_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where to train; auto (default): cuda where torch sees a GPU, cpu elsewhere",
+    )
 
 
 def native_bf16() -> bool:
@@ -36,12 +69,18 @@ def native_bf16() -> bool:
         return False
 
 
-def use_bf16(precision: str) -> bool:
-    """bf16 autocast for `--precision` (auto: where the CPU computes bf16 natively); the choice
-    and its reason are printed."""
+def use_bf16(precision: str, device: str = "cpu") -> bool:
+    """bf16 autocast for `--precision` (auto: where the device computes bf16 natively: a GPU
+    torch reports bf16 support for, a CPU with AVX512-BF16 or AMX); the choice and its reason
+    are printed."""
     if precision not in PRECISIONS:
         raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    if precision == "auto":
+    if precision == "auto" and device == "cuda":
+        import torch
+
+        chosen = bool(torch.cuda.is_bf16_supported())
+        why = "this GPU computes bf16" if chosen else "this GPU has no bf16"
+    elif precision == "auto":
         chosen = native_bf16()
         why = "this CPU computes bf16 natively" if chosen else "this CPU has no native bf16"
     else:
@@ -83,12 +122,16 @@ class Loop:
     checkpoint_every: int = 100
     items_per_batch: int = 1
     bf16: bool = True
+    device: str = "cpu"
+    """Where the model trains (`choose_device`); step_loss and evaluate put their tensors on the
+    model's device. Checkpoints resume on any device; model.pt is written from CPU tensors."""
 
     def run(self) -> list[dict[str, Any]]:
         """Train (or resume) to the end; returns the history."""
         import torch
 
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.model.to(self.device)  # in place: the parameter groups keep their tensors
         checkpoint_path = self.workdir / "checkpoint.pt"
         steps_per_epoch = len(self.plan(0))
         total = steps_per_epoch * self.epochs
@@ -104,7 +147,7 @@ class Loop:
         step = 0
         history: list[dict[str, Any]] = []
         if checkpoint_path.exists():
-            state = torch.load(checkpoint_path, weights_only=False)
+            state = torch.load(checkpoint_path, weights_only=False, map_location=self.device)
             self.model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             scheduler.load_state_dict(state["scheduler"])
@@ -135,7 +178,7 @@ class Loop:
             plan = self.plan(epoch)
             running = 0.0
             for index in range(position, steps_per_epoch):
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+                with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.bf16):
                     value = self.step_loss(plan[index])
                 optimizer.zero_grad(set_to_none=True)
                 value.backward()
@@ -161,7 +204,8 @@ class Loop:
             (self.workdir / "history.json").write_text(
                 json.dumps(history, indent=2) + "\n", encoding="utf-8"
             )
-        torch.save(self.model.state_dict(), self.workdir / "model.pt")
+        weights = {name: tensor.detach().cpu() for name, tensor in self.model.state_dict().items()}
+        torch.save(weights, self.workdir / "model.pt")
         print(f"trained model written to {self.workdir / 'model.pt'}", file=sys.stderr)
         return history
 
