@@ -36,7 +36,7 @@ from model_export.train_sketch import (
     read_examples,
     tokenizer_path,
 )
-from model_export.training import add_device_argument, add_precision_argument, use_bf16
+from model_export.training import add_hardware_arguments, use_bf16
 from proxy.nl2sql.aligner import MAX_LENGTH, pair_text
 from proxy.nl2sql.encoding import WindowEncoder
 from proxy.nl2sql.schema import load_spider_schemas
@@ -227,8 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads, 0 = one a core")
     parser.add_argument("--checkpoint-every", type=int, default=200, help="default: %(default)s")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (a smoke run)")
-    add_precision_argument(parser)
-    add_device_argument(parser)
+    add_hardware_arguments(parser)
     args = parser.parse_args(argv)
 
     import torch

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from model_export.training import add_device_argument, add_precision_argument, use_bf16
+from model_export.training import add_hardware_arguments, use_bf16
 from proxy.nl2sql.encoding import EncodedWindow, WindowEncoder, batch
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.sketch import (
@@ -251,8 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0,
         help="use only the first N train and dev examples (a smoke run)",
     )
-    add_precision_argument(parser)
-    add_device_argument(parser)
+    add_hardware_arguments(parser)
     args = parser.parse_args(argv)
 
     schemas = load_spider_schemas(args.spider / "tables.json")

@@ -47,15 +47,6 @@ def choose_device(wanted: str) -> str:
     return chosen
 
 
-def add_device_argument(parser: Any) -> None:
-    parser.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="auto",
-        help="where to train; auto (default): cuda where torch sees a GPU, cpu elsewhere",
-    )
-
-
 def native_bf16() -> bool:
     """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX), so that bf16 autocast
     is faster than fp32. Without it bf16 is emulated: on a 2-core AVX2 machine a sketch-model
@@ -90,13 +81,21 @@ def use_bf16(precision: str, device: str = "cpu") -> bool:
     return chosen
 
 
-def add_precision_argument(parser: Any) -> None:
+def add_hardware_arguments(parser: Any) -> None:
+    """`--device` (`choose_device`) and `--precision` (`use_bf16`), both `auto` by default."""
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where to train; auto (default): cuda where torch sees a GPU, cpu elsewhere",
+    )
     parser.add_argument(
         "--precision",
         choices=PRECISIONS,
         default="auto",
-        help="bf16 autocast or fp32; auto (default): bf16 where the CPU computes it natively "
-        "(AVX512-BF16, AMX), fp32 elsewhere, where emulated bf16 is many times slower",
+        help="bf16 autocast or fp32; auto (default): bf16 where the device computes it natively "
+        "(a GPU with bf16; a CPU with AVX512-BF16 or AMX), fp32 elsewhere, where emulated bf16 "
+        "is many times slower",
     )
 
 

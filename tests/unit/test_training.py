@@ -13,8 +13,7 @@ import pytest
 from model_export.training import (
     PRECISIONS,
     Loop,
-    add_device_argument,
-    add_precision_argument,
+    add_hardware_arguments,
     choose_device,
     use_bf16,
 )
@@ -36,7 +35,7 @@ def test_unknown_precision_is_refused() -> None:
 
 def test_precision_argument_defaults_to_auto() -> None:
     parser = argparse.ArgumentParser()
-    add_precision_argument(parser)
+    add_hardware_arguments(parser)
     assert parser.parse_args([]).precision == "auto"
     assert parser.parse_args(["--precision", "fp32"]).precision == "fp32"
     assert PRECISIONS[0] == "auto"
@@ -67,7 +66,7 @@ def test_device_choice_follows_what_torch_sees(capsys: pytest.CaptureFixture[str
 
 def test_device_argument_defaults_to_auto() -> None:
     parser = argparse.ArgumentParser()
-    add_device_argument(parser)
+    add_hardware_arguments(parser)
     assert parser.parse_args([]).device == "auto"
     with pytest.raises(SystemExit):
         parser.parse_args(["--device", "gpu"])
