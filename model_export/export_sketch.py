@@ -387,17 +387,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = tokenizer_path()
     questions = dev_questions(limit=args.limit)
 
-    def measure(label: str, sketch_path: Path, aligner_path: Path) -> dict[str, Any]:
+    def measure(
+        label: str, sketch_path: Path, aligner_path: Path
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Dev accuracy, and the hand-checked questions answered wrong."""
         say(f"measuring {label} on Spider dev ({len(questions)} questions)")
         sketcher = Sketcher.from_files(
             sketch_path, aligner_path, tokenizer, settings=SketchSettings()
         )
         result = accuracy(sketcher, questions)
         say(f"  {result}")
-        return result
+        return result, missed(sketcher)
 
-    figures = {"fp32": measure("fp32", sketch_fp32, aligner_fp32)}
-    fp32_missed = missed(Sketcher.from_files(sketch_fp32, aligner_fp32, tokenizer))
+    figures: dict[str, Any] = {}
+    figures["fp32"], fp32_missed = measure("fp32", sketch_fp32, aligner_fp32)
     if fp32_missed:
         say(f"fp32 gets these hand-checked questions wrong: {'; '.join(fp32_missed)}")
     # Each model's smaller forms, made once; combinations in order of preference (the smaller and
@@ -421,18 +424,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         label = f"sketch {sketch_form}, aligner {aligner_form}"
         sketch_small, sketch_quantization = form_of(SKETCH_MODEL, sketch_fp32, sketch_form)
         aligner_small, aligner_quantization = form_of(ALIGNER_MODEL, aligner_fp32, aligner_form)
-        figures[label] = measure(label, sketch_small, aligner_small)
+        figures[label], small_missed = measure(label, sketch_small, aligner_small)
         losses = {
             f"{ranking} {part}": figures["fp32"][ranking][part] - figures[label][ranking][part]
             for ranking in (*RANKINGS, "top_k")
             for part in PARTS
         }
         worst = max(losses, key=lambda k: losses[k])
-        wrong = [
-            question
-            for question in missed(Sketcher.from_files(sketch_small, aligner_small, tokenizer))
-            if question not in fp32_missed
-        ]
+        wrong = [question for question in small_missed if question not in fp32_missed]
         if losses[worst] <= MAX_LOSS and not wrong:
             break
         reasons = []
