@@ -118,8 +118,9 @@ def targets(
     return columns, tables, question
 
 
-def to_torch(batch: Batch) -> dict[str, torch.Tensor]:
-    return {name: torch.from_numpy(getattr(batch, name)) for name in INPUT_NAMES}
+def to_torch(batch: Batch, device: Any = "cpu") -> dict[str, torch.Tensor]:
+    """The model's inputs (keyword arguments of `SketchModel.forward`) on `device`."""
+    return {name: torch.from_numpy(getattr(batch, name)).to(device) for name in INPUT_NAMES}
 
 
 def loss(

@@ -129,7 +129,7 @@ def batch_loss(model: Any, examples: Sequence[Example], items: Sequence[tuple[in
     caches)."""
     import torch
 
-    from model_export.sketch_model import INPUT_NAMES, loss, targets
+    from model_export.sketch_model import loss, targets, to_torch
 
     windows = [examples[e].windows[w] for e, w in items]
     arrays = batch(windows, token_multiple=32, item_multiple=8)
@@ -148,7 +148,7 @@ def batch_loss(model: Any, examples: Sequence[Example], items: Sequence[tuple[in
     def tensor(array: np.ndarray[Any, Any]) -> Any:
         return torch.from_numpy(array).to(device)
 
-    outputs = model(*(tensor(getattr(arrays, name)) for name in INPUT_NAMES))
+    outputs = model(**to_torch(arrays, device))
     return loss(
         outputs,
         column_targets=tensor(column_targets),
@@ -192,6 +192,8 @@ def predict(model: Any, examples: Sequence[Example], batch_size: int) -> list[Sk
     """The PyTorch model's merged scores for each example (eval mode, no gradients)."""
     import torch
 
+    from model_export.sketch_model import to_torch
+
     model.eval()
     device = next(model.parameters()).device
     flat = [(e, w) for e, example in enumerate(examples) for w in range(len(example.windows))]
@@ -202,14 +204,7 @@ def predict(model: Any, examples: Sequence[Example], batch_size: int) -> list[Sk
             items = flat[start : start + batch_size]
             arrays = batch([examples[e].windows[w] for e, w in items])
             column, table, question = (
-                output.float().cpu().numpy()
-                for output in model(
-                    torch.from_numpy(arrays.input_ids).to(device),
-                    torch.from_numpy(arrays.attention_mask).to(device),
-                    torch.from_numpy(arrays.token_type_ids).to(device),
-                    torch.from_numpy(arrays.column_pool).to(device),
-                    torch.from_numpy(arrays.table_pool).to(device),
-                )
+                output.float().cpu().numpy() for output in model(**to_torch(arrays, device))
             )
             for row, item in enumerate(items):
                 outputs[item] = (column[row], table[row], question[row])
