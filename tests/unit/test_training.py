@@ -33,14 +33,17 @@ def test_unknown_precision_is_refused() -> None:
         use_bf16("fp16")
 
 
-def test_precision_argument_defaults_to_auto() -> None:
+def test_hardware_arguments_default_to_auto() -> None:
     parser = argparse.ArgumentParser()
     add_hardware_arguments(parser)
     assert parser.parse_args([]).precision == "auto"
+    assert parser.parse_args([]).device == "auto"
     assert parser.parse_args(["--precision", "fp32"]).precision == "fp32"
     assert PRECISIONS[0] == "auto"
     with pytest.raises(SystemExit):
         parser.parse_args(["--precision", "half"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--device", "gpu"])
 
 
 def test_unknown_device_is_refused() -> None:
@@ -62,14 +65,6 @@ def test_device_choice_follows_what_torch_sees(capsys: pytest.CaptureFixture[str
     else:
         with pytest.raises(ValueError, match="use --device cpu"):
             choose_device("cuda")
-
-
-def test_device_argument_defaults_to_auto() -> None:
-    parser = argparse.ArgumentParser()
-    add_hardware_arguments(parser)
-    assert parser.parse_args([]).device == "auto"
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--device", "gpu"])
 
 
 class _Stop(Exception):
