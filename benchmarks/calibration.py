@@ -10,9 +10,11 @@ embedded PostgreSQL of its own (temporary data directory, free port, fsync off).
 
 1. Index build. The Spider dev databases are loaded (`benchmarks.spider_pg`), each is migrated
    and its value index built with the shipped embedder (`proxy.valueindex.build_index`, timed).
-   Right after each database's build, the same values are embedded again, all in one call (the
-   model at its fastest: sorted by length, full batches), with no database: the ratio of the two
-   rates is what indexing costs on top of the model itself (floor: build >= 0.8 x raw). The
+   Beside each database's build, the same values are embedded again, all in one call (the model
+   at its fastest: sorted by length, full batches), with no database: the ratio of the two rates
+   is what indexing costs on top of the model itself (floor: build >= 0.8 x raw). Each is done
+   twice, in the order build, raw, raw, build (the second build from an emptied index), and each
+   side timed as the mean of its two, so that the machine's drift weighs on both alike. The
    build's own time inside the embedder is shown too; the build embeds in a worker thread while
    it writes, so the two overlap. The build embeds a text that two columns hold once, the raw
    pass every value: the floor is judged per value indexed, and the ratio per text embedded
@@ -96,9 +98,11 @@ from proxy.valueindex import (
 from proxy.valueindex.common import (
     EMBEDDING_DIMENSION,
     LARGE_GRAPH,
+    MEDIUM_GRAPH,
     SMALL_GRAPH,
     HnswGraph,
     graph_for,
+    graph_memory_mb,
 )
 
 Vectors = NDArray[numpy.float32]
@@ -121,7 +125,7 @@ QUERY_NOISE = 0.02  # per-component sigma of query vectors: cosine ~0.93 to thei
 NN_SAMPLE = 2000  # rows whose nearest neighbour is looked up to describe the data
 CHUNK_ROWS = 100_000
 EF_SEARCH = (40, 100, 200, 400)  # the first is pgvector's default
-assert SMALL_GRAPH.ef_search in EF_SEARCH and LARGE_GRAPH.ef_search in EF_SEARCH
+assert all(g.ef_search in EF_SEARCH for g in (SMALL_GRAPH, MEDIUM_GRAPH, LARGE_GRAPH))
 LATENCY_DB = "pgnl_calibration_latency"
 COPY_CHUNK = 20_000
 WARM_QUERIES = 10
@@ -137,7 +141,6 @@ SERVER_SETTINGS = {
     "checkpoint_timeout": "30min",
     "log_min_messages": "warning",
 }
-MAINTENANCE_WORK_MEM = "4GB"
 PARALLEL_MAINTENANCE_WORKERS = 2
 
 
@@ -223,8 +226,10 @@ class BuildOutcome:
 
 
 def build_indexes(dsns: dict[str, str], embedder: Embedder) -> BuildOutcome:
-    """Migrate and index each database (timed); right after each, embed the same values again
-    with no database (timed), so that both rates see the machine in the same state."""
+    """Migrate and index each database twice, from an empty index, and embed the same values
+    twice with no database, in the order build, raw, raw, build (so that a machine slowing down
+    or speeding up during the four weighs on both sides alike); each side's time is the mean of
+    its two."""
     outcome = BuildOutcome()
     timed = TimedEmbedder(embedder)
     embedder.embed([f"warm-up value {i}" for i in range(256)])  # first-run costs, untimed
@@ -232,47 +237,70 @@ def build_indexes(dsns: dict[str, str], embedder: Embedder) -> BuildOutcome:
     for number, (db_id, dsn) in enumerate(dsns.items(), 1):
         with psycopg.connect(dsn, autocommit=True) as conn:
             migrate(conn)
-            model_before = timed.seconds
-            started = time.perf_counter()
-            report = build_index(conn, timed, progress=False)
-            seconds = time.perf_counter() - started
-            outcome.reports[db_id] = report
-            outcome.build_values += report.values_embedded
-            outcome.build_reused += report.values_reused
-            outcome.build_seconds += seconds
-            outcome.build_model_seconds += timed.seconds - model_before
-            outcome.build_index_seconds += report.index_seconds
-            rows = conn.execute(
-                "SELECT schema_name, table_name, column_name, value FROM nl.value_index "
-                "ORDER BY schema_name, table_name, column_name, frequency DESC, value"
-            ).fetchall()
-        columns: list[list[str]] = []
-        current: tuple[str, str, str] | None = None
-        for schema, table, column, value in rows:
-            if (schema, table, column) != current:
-                current = (schema, table, column)
-                columns.append([])
-            columns[-1].append(str(value))
-        # The model at its fastest: every value in one call (the embedder sorts them by length
-        # and runs full batches), with no database.
-        flat = [value for values in columns for value in values]
-        began = time.perf_counter()
-        matrix = embedder.embed(flat)
-        raw = time.perf_counter() - began
+            first, seconds, model = timed_build(conn, timed)
+            columns = indexed_columns(conn)
+            # The model at its fastest: every value in one call (the embedder sorts them by
+            # length and runs full batches), with no database.
+            flat = [value for values in columns for value in values]
+            raw = []
+            for _ in range(2):
+                began = time.perf_counter()
+                matrix = embedder.embed(flat)
+                raw.append(time.perf_counter() - began)
+            conn.execute("TRUNCATE nl.value_index, nl.value_index_columns")
+            report, again, model_again = timed_build(conn, timed)
+            if report.values_embedded != first.values_embedded:
+                raise RuntimeError(
+                    f"{db_id}: the second build indexed {report.values_embedded} values, the "
+                    f"first {first.values_embedded}"
+                )
+        seconds = (seconds + again) / 2
+        outcome.reports[db_id] = report
+        outcome.build_values += report.values_embedded
+        outcome.build_reused += report.values_reused
+        outcome.build_seconds += seconds
+        outcome.build_model_seconds += (model + model_again) / 2
+        outcome.build_index_seconds += (first.index_seconds + report.index_seconds) / 2
         chunks.append(numpy.asarray(matrix, dtype=numpy.float32))
         outcome.labels += flat
         outcome.columns += columns
-        outcome.raw_seconds += raw
-        outcome.raw_by_db[db_id] = raw
+        outcome.raw_seconds += sum(raw) / 2
+        outcome.raw_by_db[db_id] = sum(raw) / 2
         progress(
             f"[{number}/{len(dsns)}] {db_id}: indexed {len(report.indexed)} columns, "
             f"{report.values_embedded:,} values in {seconds:.2f} s "
             f"({report.values_embedded / seconds if seconds else 0:,.0f} values/s); "
-            f"raw embedding {raw:.2f} s"
+            f"raw embedding {sum(raw) / 2:.2f} s"
         )
     if chunks:
         outcome.embeddings = numpy.concatenate(chunks)
     return outcome
+
+
+def timed_build(
+    conn: psycopg.Connection[Any], timed: TimedEmbedder
+) -> tuple[BuildReport, float, float]:
+    """build_index, with its wall-clock seconds and the seconds it spent in the embedder."""
+    model_before = timed.seconds
+    started = time.perf_counter()
+    report = build_index(conn, timed, progress=False)
+    return report, time.perf_counter() - started, timed.seconds - model_before
+
+
+def indexed_columns(conn: psycopg.Connection[Any]) -> list[list[str]]:
+    """The values the index holds, column by column (most frequent first)."""
+    rows = conn.execute(
+        "SELECT schema_name, table_name, column_name, value FROM nl.value_index "
+        "ORDER BY schema_name, table_name, column_name, frequency DESC, value"
+    ).fetchall()
+    columns: list[list[str]] = []
+    current: tuple[str, str, str] | None = None
+    for schema, table, column, value in rows:
+        if (schema, table, column) != current:
+            current = (schema, table, column)
+            columns.append([])
+        columns[-1].append(str(value))
+    return columns
 
 
 def report_build(outcome: BuildOutcome) -> None:
@@ -297,7 +325,8 @@ def report_build(outcome: BuildOutcome) -> None:
     )
     print(
         f"raw embedding, same model, same {raw_values:,} values, each database's in one call "
-        "(sorted by length, full batches), no database, right after that database's build: "
+        "(sorted by length, full batches), no database, twice between that database's two "
+        "builds: "
         f"{outcome.raw_seconds:.2f} s = {outcome.raw_rate:,.0f} values/s"
     )
     ratio = outcome.build_rate / outcome.raw_rate if outcome.raw_rate else 0.0
@@ -948,7 +977,7 @@ def measure_size(
         notices.append(f"{diag.severity}: {diag.message_primary}")
 
     conn.add_notice_handler(keep)
-    conn.execute(f"SET maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")
+    conn.execute(f"SET maintenance_work_mem = '{graph_memory_mb(size)}MB'")
     conn.execute(f"SET max_parallel_maintenance_workers = {PARALLEL_MAINTENANCE_WORKERS}")
     progress(f"size {size:,}: building the HNSW index (m={m}, ef_construction={ef_construction})")
     started = time.perf_counter()
@@ -1055,7 +1084,12 @@ def measure_latency(
 def graph_of(size: int, args: argparse.Namespace) -> HnswGraph:
     """The graph `pgnl index` builds over this many values, or the one --m/--ef-construction
     ask for (searched at the ef_search pgnl would use at this size)."""
-    graph = graph_for(size, IndexSettings().large_graph_values)
+    settings = IndexSettings()
+    graph = graph_for(
+        size,
+        medium_graph_values=settings.medium_graph_values,
+        large_graph_values=settings.large_graph_values,
+    )
     return HnswGraph(
         args.m or graph.m, args.ef_construction or graph.ef_construction, graph.ef_search
     )
@@ -1082,9 +1116,9 @@ def report_latency(results: list[LatencyResult], data: Synthetic, version: str) 
             "their source), none in the table."
         )
     print(
-        "HNSW graphs as pgnl index builds them (m and ef_construction below), built with "
-        "maintenance_work_mem "
-        f"{MAINTENANCE_WORK_MEM} and {PARALLEL_MAINTENANCE_WORKERS} parallel maintenance "
+        "HNSW graphs as pgnl index builds them (m and ef_construction below), built with the "
+        "maintenance_work_mem pgnl index sets for that many values (proxy.valueindex.common."
+        f"graph_memory_mb) and {PARALLEL_MAINTENANCE_WORKERS} parallel maintenance "
         "workers; tables UNLOGGED, table and index pre-warmed; latency measured at the client "
         f"(`ORDER BY embedding <=> $1 LIMIT 1`, one connection, after {WARM_QUERIES} untimed "
         "queries); recall@1: the HNSW answer is the exact nearest row (numpy, every query; a "

@@ -33,6 +33,7 @@ fingerprints, so the next refresh rewrites their counts.)
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import struct
 import sys
@@ -50,8 +51,7 @@ from proxy.config import IndexSettings
 from proxy.migrate import advisory_lock, autocommit
 from proxy.valueindex.common import (
     EMBEDDING_DIMENSION,
-    LARGE_GRAPH,
-    SMALL_GRAPH,
+    MEDIUM_GRAPH,
     ColumnRef,
     Embedder,
     HnswGraph,
@@ -59,6 +59,7 @@ from proxy.valueindex.common import (
     checked_embeddings,
     embedder_signature,
     graph_for,
+    graph_memory_mb,
     normalise,
     quote_ident,
 )
@@ -198,45 +199,55 @@ def _stored_columns(conn: psycopg.Connection[Any]) -> dict[ColumnRef, _Stored]:
     }
 
 
-def _read(
-    conn: psycopg.Connection[Any], column: ColumnInfo, settings: IndexSettings
-) -> ColumnValues | str:
-    """The column's values, or why it is skipped (its sample is not names); raises _Unreadable."""
-    try:
-        with conn.transaction():
-            conn.execute(
-                "SELECT set_config('row_security', 'off', true), "
-                "set_config('lock_timeout', %s, true)",
-                [LOCK_TIMEOUT],
-            )
-            reason = sample_skip_reason(sample_values(conn, column), settings.max_value_length)
-            if reason is not None:
-                return reason
-            return read_values(conn, column, settings)
-    except (errors.UndefinedTable, errors.UndefinedColumn, errors.InvalidSchemaName):
-        raise _Unreadable("it no longer exists", keep=False) from None
-    except errors.InsufficientPrivilege as exc:
-        message = exc.diag.message_primary or ""
+def _read_table(
+    conn: psycopg.Connection[Any], columns: Sequence[ColumnInfo], settings: IndexSettings
+) -> list[ColumnValues | str | _Unreadable]:
+    """Each of one table's columns' values, or why it is skipped (its sample is not names), or
+    why it could not be read; the columns are read in one transaction (a new one after a column
+    that failed). A table that is locked is given up as a whole: its other columns would wait
+    for the same lock."""
+    outcomes: list[ColumnValues | str | _Unreadable] = []
+    while len(outcomes) < len(columns):
+        try:
+            with conn.transaction():
+                conn.execute(
+                    "SELECT set_config('row_security', 'off', true), "
+                    "set_config('lock_timeout', %s, true)",
+                    [LOCK_TIMEOUT],
+                )
+                for column in columns[len(outcomes) :]:
+                    sample = sample_values(conn, column)
+                    reason = sample_skip_reason(sample, settings.max_value_length)
+                    outcomes.append(
+                        reason if reason is not None else read_values(conn, column, settings)
+                    )
+        except psycopg.DatabaseError as exc:
+            if len(outcomes) == len(columns):
+                raise  # not a column's read: the transaction's end
+            unreadable = _unreadable(exc)
+            locked = isinstance(exc, (errors.LockNotAvailable, errors.QueryCanceled))
+            outcomes += [unreadable] * (len(columns) - len(outcomes) if locked else 1)
+    return outcomes
+
+
+def _unreadable(exc: psycopg.DatabaseError) -> _Unreadable:
+    """Why a column could not be read, from the error its read raised."""
+    message = (exc.diag.message_primary or str(exc)).strip()
+    if isinstance(exc, (errors.UndefinedTable, errors.UndefinedColumn, errors.InvalidSchemaName)):
+        return _Unreadable("it no longer exists", keep=False)
+    if isinstance(exc, errors.InsufficientPrivilege):
         if "row-level security" in message:
-            reason = (
+            return _Unreadable(
                 "row-level security hides some of its rows from the indexing role: run pgnl "
-                "index as a superuser, the table's owner or a role with BYPASSRLS"
+                "index as a superuser, the table's owner or a role with BYPASSRLS",
+                keep=False,
             )
-        else:
-            reason = "the indexing role may not SELECT it"
-        raise _Unreadable(reason, keep=False) from None
-    except (errors.LockNotAvailable, errors.QueryCanceled) as exc:
-        raise _Unreadable(
-            f"it could not be read now ({(exc.diag.message_primary or '').strip()}); its "
-            "previous entries are kept",
-            keep=True,
-        ) from None
-    except psycopg.DatabaseError as exc:
-        raise _Unreadable(
-            f"reading it failed ({(exc.diag.message_primary or str(exc)).strip()}); its "
-            "previous entries are kept",
-            keep=True,
-        ) from None
+        return _Unreadable("the indexing role may not SELECT it", keep=False)
+    if isinstance(exc, (errors.LockNotAvailable, errors.QueryCanceled)):
+        return _Unreadable(
+            f"it could not be read now ({message}); its previous entries are kept", keep=True
+        )
+    return _Unreadable(f"reading it failed ({message}); its previous entries are kept", keep=True)
 
 
 # COPY's binary format (PostgreSQL documentation, "COPY — Binary Format"): writing the 384
@@ -278,14 +289,19 @@ def _plan_column(
     column_fingerprint: str,
     stored: _Stored | None,
     signature: str,
+    index_empty: bool,
 ) -> _Change:
     names = [column.ref.schema, column.ref.table, column.ref.column]
-    existing: dict[str, int] = dict(
-        conn.execute(
-            "SELECT value, frequency FROM nl.value_index "
-            "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
-            names,
-        ).fetchall()
+    existing: dict[str, int] = (
+        {}
+        if index_empty
+        else dict(
+            conn.execute(
+                "SELECT value, frequency FROM nl.value_index "
+                "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
+                names,
+            ).fetchall()
+        )
     )
     reembed = stored is not None and stored.embedder != signature
     replaced = len(existing) if reembed else 0
@@ -430,64 +446,20 @@ class _Embedding:
             self._running.append((group, pending))
 
 
-def _write_column(conn: psycopg.Connection[Any], change: _Change, vectors: list[bytes]) -> None:
-    """Bring one column's rows up to date in one transaction, its new values' embeddings given."""
-    column = change.column
-    ref = column.ref
-    names = [ref.schema, ref.table, ref.column]
-    current = dict(change.values.values)
+def _write_group(
+    conn: psycopg.Connection[Any], changes: Sequence[_Change], vectors: Sequence[bytes]
+) -> None:
+    """Bring a group of columns' rows up to date in one transaction, their new values'
+    embeddings given (in the order of the changes and of their new values): the new rows in one
+    COPY, the columns' bookkeeping in one statement."""
+    rows: list[bytes] = []
+    offset = 0
     with conn.transaction(), conn.cursor() as cur:
-        if change.reembed:
-            cur.execute(
-                "DELETE FROM nl.value_index "
-                "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
-                names,
-            )
-        if change.gone:
-            cur.execute(
-                "DELETE FROM nl.value_index WHERE schema_name = %s AND table_name = %s "
-                "AND column_name = %s AND value = ANY (%s)",
-                [*names, change.gone],
-            )
-        if change.updated:
-            cur.execute(
-                """
-                UPDATE nl.value_index v
-                   SET frequency = u.n, schema_oid = %s, table_oid = %s, column_attnum = %s
-                  FROM unnest(%s::text[], %s::bigint[]) AS u(value, n)
-                 WHERE v.schema_name = %s AND v.table_name = %s AND v.column_name = %s
-                   AND v.value = u.value
-                """,
-                [
-                    column.schema_oid,
-                    column.table_oid,
-                    column.attnum,
-                    change.updated,
-                    [current[value] for value in change.updated],
-                    *names,
-                ],
-            )
-        if change.new_values:
-            source = [
-                ref.schema.encode(),
-                ref.table.encode(),
-                ref.column.encode(),
-                struct.pack("!I", column.schema_oid),
-                struct.pack("!I", column.table_oid),
-                struct.pack("!h", column.attnum),
-            ]
-            rows = [
-                _binary_copy_row(
-                    [
-                        *source,
-                        value.encode(),
-                        normalise(value).encode(),
-                        struct.pack("!q", current[value]),
-                        vector,
-                    ]
-                )
-                for value, vector in zip(change.new_values, vectors, strict=True)
-            ]
+        for change in changes:
+            _update_column(cur, change)
+            rows += _copy_rows(change, vectors[offset : offset + len(change.new_values)])
+            offset += len(change.new_values)
+        if rows:
             with cur.copy(
                 "COPY nl.value_index (schema_name, table_name, column_name, schema_oid, "
                 "table_oid, column_attnum, value, normalised, frequency, embedding) "
@@ -499,7 +471,9 @@ def _write_column(conn: psycopg.Connection[Any], change: _Change, vectors: list[
             INSERT INTO nl.value_index_columns AS c
                    (schema_name, table_name, column_name, schema_oid, table_oid, column_attnum,
                     fingerprint, embedder, value_count, complete)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::oid[], %s::oid[],
+                                 %s::smallint[], %s::text[], %s::text[], %s::integer[],
+                                 %s::boolean[])
             ON CONFLICT (schema_name, table_name, column_name) DO UPDATE
                SET schema_oid = excluded.schema_oid, table_oid = excluded.table_oid,
                    column_attnum = excluded.column_attnum, fingerprint = excluded.fingerprint,
@@ -508,16 +482,83 @@ def _write_column(conn: psycopg.Connection[Any], change: _Change, vectors: list[
                    indexed_at = now(), checked_at = now()
             """,
             [
-                *names,
+                [change.column.ref.schema for change in changes],
+                [change.column.ref.table for change in changes],
+                [change.column.ref.column for change in changes],
+                [change.column.schema_oid for change in changes],
+                [change.column.table_oid for change in changes],
+                [change.column.attnum for change in changes],
+                [change.fingerprint for change in changes],
+                [change.signature for change in changes],
+                [len(change.values.values) for change in changes],
+                [change.values.complete for change in changes],
+            ],
+        )
+
+
+def _update_column(cur: psycopg.Cursor[Any], change: _Change) -> None:
+    """Delete a column's vanished (or re-embedded) rows and update its moved counts."""
+    column = change.column
+    ref = column.ref
+    names = [ref.schema, ref.table, ref.column]
+    if change.reembed:
+        cur.execute(
+            "DELETE FROM nl.value_index "
+            "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
+            names,
+        )
+    if change.gone:
+        cur.execute(
+            "DELETE FROM nl.value_index WHERE schema_name = %s AND table_name = %s "
+            "AND column_name = %s AND value = ANY (%s)",
+            [*names, change.gone],
+        )
+    if change.updated:
+        current = dict(change.values.values)
+        cur.execute(
+            """
+            UPDATE nl.value_index v
+               SET frequency = u.n, schema_oid = %s, table_oid = %s, column_attnum = %s
+              FROM unnest(%s::text[], %s::bigint[]) AS u(value, n)
+             WHERE v.schema_name = %s AND v.table_name = %s AND v.column_name = %s
+               AND v.value = u.value
+            """,
+            [
                 column.schema_oid,
                 column.table_oid,
                 column.attnum,
-                change.fingerprint,
-                change.signature,
-                len(current),
-                change.values.complete,
+                change.updated,
+                [current[value] for value in change.updated],
+                *names,
             ],
         )
+
+
+def _copy_rows(change: _Change, vectors: Sequence[bytes]) -> list[bytes]:
+    """A column's new values as rows of a binary COPY into nl.value_index."""
+    column = change.column
+    ref = column.ref
+    current = dict(change.values.values)
+    source = [
+        ref.schema.encode(),
+        ref.table.encode(),
+        ref.column.encode(),
+        struct.pack("!I", column.schema_oid),
+        struct.pack("!I", column.table_oid),
+        struct.pack("!h", column.attnum),
+    ]
+    return [
+        _binary_copy_row(
+            [
+                *source,
+                value.encode(),
+                normalise(value).encode(),
+                struct.pack("!q", current[value]),
+                vector,
+            ]
+        )
+        for value, vector in zip(change.new_values, vectors, strict=True)
+    ]
 
 
 def _remove_column(conn: psycopg.Connection[Any], ref: ColumnRef) -> int:
@@ -573,8 +614,16 @@ def _built_with(conn: psycopg.Connection[Any]) -> tuple[int, int] | None:
         return None
     options = dict(str(option).split("=", 1) for option in row[0])
     return (
-        int(options.get("m", SMALL_GRAPH.m)),
-        int(options.get("ef_construction", SMALL_GRAPH.ef_construction)),
+        int(options.get("m", MEDIUM_GRAPH.m)),
+        int(options.get("ef_construction", MEDIUM_GRAPH.ef_construction)),
+    )
+
+
+def _graph(values: int, settings: IndexSettings) -> HnswGraph:
+    return graph_for(
+        values,
+        medium_graph_values=settings.medium_graph_values,
+        large_graph_values=settings.large_graph_values,
     )
 
 
@@ -606,12 +655,11 @@ def _restore_deferred(
     ).fetchall()
     built = None
     values = _held_values(conn) if pending else 0
-    # The HNSW graph is built in memory when it fits: about 2.5 kB a value.
-    memory_mb = min(4096, max(1024, values * 5 // 2048))
+    memory_mb = graph_memory_mb(values)
     for name, stored_definition in pending:
         definition = str(stored_definition)
         if name == EMBEDDING_INDEX:
-            built = graph_for(values, settings.large_graph_values)
+            built = _graph(values, settings)
             definition = _embedding_index_sql(built)
             progress.note(f"building index {name} ({built}) over {values:,} values")
         else:
@@ -657,50 +705,77 @@ def _read_changes(
     report: BuildReport,
     kept: set[ColumnRef],
     embedding: _Embedding,
+    index_empty: bool,
 ) -> list[_Change]:
     """Read every eligible column; the ones that changed are returned and handed to `embedding`.
     Unchanged columns go to report.unchanged, unreadable ones to report.skipped (and to `kept`
     when their old entries stay)."""
     changes: list[_Change] = []
-    for column in eligible:
-        progress.column_started(column.ref)
-        try:
-            outcome = _read(conn, column, settings)
-        except _Unreadable as unreadable:
-            report.skipped[column.ref] = unreadable.reason
-            if unreadable.keep:
-                kept.add(column.ref)
-            progress.column_done()
-            continue
-        if isinstance(outcome, str):
-            report.skipped[column.ref] = outcome
-            progress.column_done()
-            continue
-        previous = stored.get(column.ref)
-        if column.row_security:
-            outcome = ColumnValues([(v, 0) for v, _ in outcome.values], outcome.complete)
-        column_fingerprint = fingerprint(outcome)
-        if (
-            previous is not None
-            and previous.fingerprint == column_fingerprint
-            and previous.embedder == signature
-            and (previous.schema_oid, previous.table_oid, previous.attnum)
-            == (column.schema_oid, column.table_oid, column.attnum)
-        ):
-            report.unchanged.append(column.ref)
-            progress.column_done()
-            continue
-        change = _plan_column(
-            conn,
-            column,
-            outcome,
-            column_fingerprint=column_fingerprint,
-            stored=previous,
-            signature=signature,
-        )
-        changes.append(change)
-        embedding.add(change)
+    for _, table_columns in itertools.groupby(eligible, key=lambda c: (c.ref.schema, c.ref.table)):
+        columns = list(table_columns)
+        progress.column_started(columns[0].ref)
+        for column, outcome in zip(columns, _read_table(conn, columns, settings), strict=True):
+            change = _changed(
+                conn,
+                column,
+                outcome,
+                stored=stored,
+                signature=signature,
+                report=report,
+                kept=kept,
+                index_empty=index_empty,
+            )
+            if change is None:
+                progress.column_done()
+            else:  # done when written
+                changes.append(change)
+                embedding.add(change)
     return changes
+
+
+def _changed(
+    conn: psycopg.Connection[Any],
+    column: ColumnInfo,
+    outcome: ColumnValues | str | _Unreadable,
+    *,
+    stored: dict[ColumnRef, _Stored],
+    signature: str,
+    report: BuildReport,
+    kept: set[ColumnRef],
+    index_empty: bool,
+) -> _Change | None:
+    """What a column's refresh will do, from what reading it gave (None: nothing, because it is
+    unchanged, skipped or unreadable, which `report` and `kept` are told)."""
+    if isinstance(outcome, _Unreadable):
+        report.skipped[column.ref] = outcome.reason
+        if outcome.keep:
+            kept.add(column.ref)
+        return None
+    if isinstance(outcome, str):
+        report.skipped[column.ref] = outcome
+        return None
+    previous = stored.get(column.ref)
+    if column.row_security:
+        outcome = ColumnValues([(v, 0) for v, _ in outcome.values], outcome.complete)
+    column_fingerprint = fingerprint(outcome)
+    if (
+        previous is not None
+        and previous.fingerprint == column_fingerprint
+        and previous.embedder == signature
+        and (previous.schema_oid, previous.table_oid, previous.attnum)
+        == (column.schema_oid, column.table_oid, column.attnum)
+    ):
+        report.unchanged.append(column.ref)
+        return None
+    return _plan_column(
+        conn,
+        column,
+        outcome,
+        column_fingerprint=column_fingerprint,
+        stored=previous,
+        signature=signature,
+        index_empty=index_empty,
+    )
 
 
 def build_index(
@@ -737,6 +812,7 @@ def build_index(
             embedding = _Embedding(embedder, settings.batch_size)
             try:
                 _restore_deferred(conn, tracker, settings, report)
+                held = _held_values(conn)  # only this build writes the index meanwhile (the lock)
                 # First read every column, so that the whole refresh's size is known before a
                 # row is written (the embedder starts on the new values meanwhile); then write
                 # the columns that changed.
@@ -750,21 +826,18 @@ def build_index(
                     report=report,
                     kept=kept,
                     embedding=embedding,
+                    index_empty=held == 0,
                 )
                 coming = sum(len(change.new_values) for change in changes)
-                held = _held_values(conn)
                 if coming and (held == 0 or coming >= max(settings.bulk_min_values, held)):
                     report.bulk = True
                     _defer_search_indexes(conn)
                 for group, vectors in embedding.groups():
                     tracker.embedded(len(vectors))
-                    offset = 0
+                    tracker.column_started(group[0].column.ref)
+                    _write_group(conn, group, vectors)
                     for change in group:
-                        tracker.column_started(change.column.ref)
-                        count = len(change.new_values)
-                        _write_column(conn, change, vectors[offset : offset + count])
-                        offset += count
-                        report.values_embedded += count
+                        report.values_embedded += len(change.new_values)
                         report.values_removed += len(change.gone) + change.replaced
                         written = report.added if change.stored is None else report.changed
                         written.append(change.column.ref)
@@ -781,15 +854,12 @@ def build_index(
                         "indexed schemas)"
                     )
                     report.values_removed += _remove_column(conn, ref)
-                # An index that grew past [index] large_graph_values gets the larger graph now
-                # (only a bulk refresh, which builds the graph anyway, may make it smaller).
+                # An index that grew past [index] medium_ or large_graph_values gets the larger
+                # graph now (only a bulk refresh, which builds the graph anyway, may make it
+                # smaller).
                 built_with = _built_with(conn)
-                wanted = graph_for(_held_values(conn), settings.large_graph_values)
-                if (
-                    wanted == LARGE_GRAPH
-                    and built_with is not None
-                    and built_with != (wanted.m, wanted.ef_construction)
-                ):
+                wanted = _graph(_held_values(conn), settings)
+                if built_with is not None and built_with < (wanted.m, wanted.ef_construction):
                     _defer_search_indexes(conn, only=EMBEDDING_INDEX)
             finally:
                 embedding.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +28,7 @@ from proxy.valueindex import (
     normalise,
 )
 from proxy.valueindex import build as build_module
-from proxy.valueindex.common import HNSW_EF_SEARCH, LARGE_GRAPH, SMALL_GRAPH
+from proxy.valueindex.common import HNSW_EF_SEARCH, LARGE_GRAPH, MEDIUM_GRAPH, SMALL_GRAPH
 from proxy.valueindex.scan import (
     ColumnInfo,
     discover_columns,
@@ -548,6 +549,38 @@ def test_columns_that_vanish_after_or_during_indexing_are_handled(
         assert ref("cities", "country") not in rows and pets not in rows
 
 
+def test_a_table_locked_by_ddl_is_given_up_whole_and_keeps_its_entries(
+    postgres: Postgres,
+    new_database: Callable[..., str],
+    embedder: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    db = new_database(SAMPLE)
+    people = {c for c in INDEXED if c.table == "people"}
+    assert len(people) > 1
+    with connect(postgres, db) as conn:
+        build(conn, embedder)
+        before = index_rows(conn)
+        conn.execute("UPDATE cities SET name = 'New Amsterdam' WHERE name = 'New York'")
+    monkeypatch.setattr(build_module, "LOCK_TIMEOUT", "1s")
+    with connect(postgres, db) as locker, locker.transaction():
+        locker.execute("LOCK TABLE people IN ACCESS EXCLUSIVE MODE")
+        with connect(postgres, db) as conn:
+            started = time.monotonic()
+            report = build(conn, embedder)
+            waited = time.monotonic() - started
+            rows = index_rows(conn)
+    # One wait for the lock, not one a column: waiting for each column would take at least
+    # len(people) seconds.
+    assert waited < len(people)
+    for column in people:
+        assert report.skipped[column].startswith("it could not be read now (canceling statement")
+        assert rows[column] == before[column]
+    assert report.changed == [ref("cities", "name")]  # the other tables were read
+    assert "New Amsterdam" in rows[ref("cities", "name")]
+    assert not report.removed
+
+
 def test_concurrent_builds_take_turns(
     postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
 ) -> None:
@@ -881,19 +914,25 @@ def hnsw_options(conn: Connection) -> list[str]:
     return sorted(row[0])
 
 
-def test_an_index_that_grows_past_large_graph_values_gets_the_larger_graph(
+def test_an_index_that_grows_past_each_graph_threshold_gets_the_larger_graph(
     postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
 ) -> None:
     db = new_database(SAMPLE)
     with connect(postgres, db) as conn:
-        first = build(conn, embedder, large_graph_values=1000)
+        first = build(conn, embedder)
         assert first.graph == SMALL_GRAPH
-        assert hnsw_options(conn) == ["ef_construction=64", "m=16"]  # pgvector's defaults
+        assert hnsw_options(conn) == ["ef_construction=32", "m=8"]
         assert search_ef(conn) == f"hnsw.ef_search={SMALL_GRAPH.ef_search}"
         held = first.values_embedded
         conn.execute("INSERT INTO people (name) VALUES ('Zebedee'), ('Ysolde')")
-        grown = build(conn, embedder, large_graph_values=held + 2)
-        assert not grown.bulk and grown.values_embedded == 2
+        medium = build(conn, embedder, medium_graph_values=held + 2)
+        assert not medium.bulk and medium.values_embedded == 2
+        assert medium.graph == MEDIUM_GRAPH
+        assert hnsw_options(conn) == ["ef_construction=64", "m=16"]  # pgvector's defaults
+        assert search_ef(conn) == f"hnsw.ef_search={MEDIUM_GRAPH.ef_search}"
+        conn.execute("INSERT INTO people (name) VALUES ('Xanthe')")
+        grown = build(conn, embedder, medium_graph_values=held + 2, large_graph_values=held + 3)
+        assert not grown.bulk and grown.values_embedded == 1
         assert grown.graph == LARGE_GRAPH
         assert hnsw_options(conn) == ["ef_construction=128", "m=32"]
         assert search_ef(conn) == f"hnsw.ef_search={LARGE_GRAPH.ef_search}"
@@ -902,10 +941,10 @@ def test_an_index_that_grows_past_large_graph_values_gets_the_larger_graph(
         assert [m.value for m in index.search_semantic("Zebedee", Scope.database(), 1)] == [
             "Zebedee"
         ]
-        again = build(conn, embedder, large_graph_values=held + 2)
+        again = build(conn, embedder, large_graph_values=held + 3)
         assert again.graph is None  # built once
-        conn.execute("DELETE FROM people WHERE name IN ('Zebedee', 'Ysolde')")
-        shrunk = build(conn, embedder, large_graph_values=held + 2)
+        conn.execute("DELETE FROM people WHERE name IN ('Zebedee', 'Ysolde', 'Xanthe')")
+        shrunk = build(conn, embedder, large_graph_values=held + 3)
         assert shrunk.graph is None and hnsw_options(conn) == ["ef_construction=128", "m=32"]
 
 
