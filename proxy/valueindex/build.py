@@ -8,21 +8,23 @@ else. A column that changed is brought up to date value by value: only values th
 go through the embedder; values that vanished are deleted; counts that moved are updated. A
 column or table that no longer exists, or is no longer eligible, has its rows deleted.
 
-Safe while the database is in use: source tables are read with plain SELECTs (row_security off,
-so that a role that would see only some rows is told so instead of indexing part of a table; a
-lock_timeout, so that a table locked by DDL is skipped, its previous entries kept, rather than
-waited for). Each column is written in one short transaction, after its values are embedded, so
-readers see a column either as it was or as it is, never half done. A session-level advisory lock
-makes concurrent refreshes take turns. Rows go in with binary COPY (the embedding in pgvector's
-binary form). A bulk refresh (the first, or one that adds as many values as the index holds)
-drops the HNSW and trigram indexes first and builds them once at the end: maintaining an HNSW
-graph row by row costs several times more than building it in one pass (measured: 6,786 values
-inserted into an indexed table in 10.7 s, the same index built over them in 2.8 s).
+Safe while the database is in use: source tables are read with plain SELECTs, a table's columns
+in one short transaction (row_security off, so that a role that would see only some rows is told
+so instead of indexing part of a table; a lock_timeout, so that a table locked by DDL is skipped,
+its previous entries kept, after one wait rather than one a column). The model runs in a worker
+thread on groups of whole columns ([index] batch_size values, the embedder sorting them by
+length), starting while the columns are still being read; embeddings not yet written are held
+for at most about two groups (see _Embedding). A text two columns hold is embedded once. Each
+group is written in one transaction, after its values are embedded, so readers see a column
+either as it was or as it is, never half done. A session-level advisory lock makes concurrent
+refreshes take turns. Rows go in with binary COPY (the embedding in pgvector's binary form).
 
-The model runs in a worker thread on groups of whole columns ([index] batch_size values, the
-embedder sorting them by length), starting while the columns are still being read; embeddings
-not yet written are held for at most about two groups (see _Embedding). A text two columns hold
-is embedded once.
+A bulk refresh (the first, or one that adds as many values as the index holds) drops the HNSW
+and trigram indexes first and builds them once at the end: maintaining an HNSW graph row by row
+costs several times more than building it in one pass (measured: 6,786 values inserted into an
+indexed table in 10.7 s, the same index built over them in 2.8 s). The graph's parameters follow
+the number of values held (common.graph_for: sparser below [index] medium_graph_values, denser
+from [index] large_graph_values), and so does the maintenance_work_mem it is built with.
 
 Frequencies are the number of rows holding each value, except in tables with row-level security
 enabled, where they are recorded as 0: a count over all rows would tell a role about rows it
