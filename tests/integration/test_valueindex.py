@@ -549,6 +549,30 @@ def test_columns_that_vanish_after_or_during_indexing_are_handled(
         assert ref("cities", "country") not in rows and pets not in rows
 
 
+def test_a_column_that_fails_to_read_does_not_stop_the_rest_of_its_table(
+    postgres: Postgres,
+    new_database: Callable[..., str],
+    embedder: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    db = new_database(SAMPLE)
+    real_discover = discover_columns
+
+    def discover_then_drop(conn: Connection, settings: IndexSettings) -> list[ColumnInfo]:
+        found = real_discover(conn, settings)
+        conn.execute("ALTER TABLE people DROP COLUMN city_name")  # read after people.name
+        return found
+
+    monkeypatch.setattr(build_module, "discover_columns", discover_then_drop)
+    with connect(postgres, db) as conn:
+        report = build(conn, embedder)
+        rows = index_rows(conn)
+    city = ref("people", "city_name")
+    assert report.skipped[city] == "it no longer exists"
+    assert set(report.added) == INDEXED - {city}  # people.mood and .nickname come after it
+    assert set(rows) == INDEXED - {city}
+
+
 def test_a_table_locked_by_ddl_is_given_up_whole_and_keeps_its_entries(
     postgres: Postgres,
     new_database: Callable[..., str],
