@@ -28,7 +28,14 @@ from proxy.valueindex import (
     normalise,
 )
 from proxy.valueindex import build as build_module
-from proxy.valueindex.common import HNSW_EF_SEARCH, LARGE_GRAPH, MEDIUM_GRAPH, SMALL_GRAPH
+from proxy.valueindex.common import (
+    HNSW_EF_SEARCH,
+    LARGE_GRAPH,
+    MEDIUM_GRAPH,
+    SMALL_GRAPH,
+    graph_for,
+    graph_memory_mb,
+)
 from proxy.valueindex.scan import (
     ColumnInfo,
     discover_columns,
@@ -970,6 +977,20 @@ def test_an_index_that_grows_past_each_graph_threshold_gets_the_larger_graph(
         conn.execute("DELETE FROM people WHERE name IN ('Zebedee', 'Ysolde', 'Xanthe')")
         shrunk = build(conn, embedder, large_graph_values=held + 3)
         assert shrunk.graph is None and hnsw_options(conn) == ["ef_construction=128", "m=32"]
+
+
+def test_the_graph_and_its_build_memory_follow_the_number_of_values() -> None:
+    settings = IndexSettings()
+    assert (settings.medium_graph_values, settings.large_graph_values) == (20_000, 100_000)
+    thresholds = {"medium_graph_values": 20_000, "large_graph_values": 100_000}
+    assert graph_for(19_999, **thresholds) == SMALL_GRAPH
+    assert graph_for(20_000, **thresholds) == MEDIUM_GRAPH
+    assert graph_for(99_999, **thresholds) == MEDIUM_GRAPH
+    assert graph_for(100_000, **thresholds) == LARGE_GRAPH
+    # in memory (about 2.5 kB a value, twice that allowed), never a 1 GB floor
+    assert graph_memory_mb(100) == 64
+    assert graph_memory_mb(100_000) * 1024 * 1024 >= 100_000 * 2 * 2500
+    assert graph_memory_mb(10_000_000) == 4096
 
 
 def test_semantic_lookups_search_with_the_documented_ef_search(
