@@ -142,13 +142,12 @@ class _Stored:
     value_count: int
 
 
-class _Unreadable(Exception):
+@dataclass(frozen=True)
+class _Unreadable:
     """A column could not be read this time; `keep` says whether its old entries stay."""
 
-    def __init__(self, reason: str, keep: bool) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.keep = keep
+    reason: str
+    keep: bool
 
 
 def fingerprint(values: ColumnValues) -> str:
