@@ -506,6 +506,19 @@ def test_a_role_that_does_not_own_the_index_may_not_build_it(
         build(conn, embedder)
 
 
+def run_after_discovery(monkeypatch: pytest.MonkeyPatch, ddl: str) -> None:
+    """Make the next build run `ddl` right after it has read the catalog (a column or table
+    that vanishes while the build runs)."""
+    real_discover = discover_columns
+
+    def discover_then_change(conn: Connection, settings: IndexSettings) -> list[ColumnInfo]:
+        found = real_discover(conn, settings)
+        conn.execute(ddl.encode())
+        return found
+
+    monkeypatch.setattr(build_module, "discover_columns", discover_then_change)
+
+
 def test_columns_that_vanish_after_or_during_indexing_are_handled(
     postgres: Postgres,
     new_database: Callable[..., str],
@@ -537,14 +550,7 @@ def test_columns_that_vanish_after_or_during_indexing_are_handled(
             assert index.contains(city, "Atlantis")  # the table answers for the new column
             assert not index.contains(pets, "Rex")
 
-    real_discover = discover_columns
-
-    def discover_then_drop(conn: Connection, settings: IndexSettings) -> list[ColumnInfo]:
-        found = real_discover(conn, settings)
-        conn.execute("ALTER TABLE cities DROP COLUMN country")
-        return found
-
-    monkeypatch.setattr(build_module, "discover_columns", discover_then_drop)
+    run_after_discovery(monkeypatch, "ALTER TABLE cities DROP COLUMN country")
     with connect(postgres, db) as conn:
         report = build(conn, embedder)
         assert report.skipped[ref("cities", "country")] == "it no longer exists"
@@ -563,14 +569,8 @@ def test_a_column_that_fails_to_read_does_not_stop_the_rest_of_its_table(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     db = new_database(SAMPLE)
-    real_discover = discover_columns
-
-    def discover_then_drop(conn: Connection, settings: IndexSettings) -> list[ColumnInfo]:
-        found = real_discover(conn, settings)
-        conn.execute("ALTER TABLE people DROP COLUMN city_name")  # read after people.name
-        return found
-
-    monkeypatch.setattr(build_module, "discover_columns", discover_then_drop)
+    # people.city_name vanishes between the catalog read and its own, after people.name's
+    run_after_discovery(monkeypatch, "ALTER TABLE people DROP COLUMN city_name")
     with connect(postgres, db) as conn:
         report = build(conn, embedder)
         rows = index_rows(conn)
