@@ -1084,12 +1084,7 @@ def measure_latency(
 def graph_of(size: int, args: argparse.Namespace) -> HnswGraph:
     """The graph `pgnl index` builds over this many values, or the one --m/--ef-construction
     ask for (searched at the ef_search pgnl would use at this size)."""
-    settings = IndexSettings()
-    graph = graph_for(
-        size,
-        medium_graph_values=settings.medium_graph_values,
-        large_graph_values=settings.large_graph_values,
-    )
+    graph = graph_for(size, IndexSettings())
     return HnswGraph(
         args.m or graph.m, args.ef_construction or graph.ef_construction, graph.ef_search
     )

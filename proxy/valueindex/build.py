@@ -620,14 +620,6 @@ def _built_with(conn: psycopg.Connection[Any]) -> tuple[int, int] | None:
     )
 
 
-def _graph(values: int, settings: IndexSettings) -> HnswGraph:
-    return graph_for(
-        values,
-        medium_graph_values=settings.medium_graph_values,
-        large_graph_values=settings.large_graph_values,
-    )
-
-
 def _set_ef_search(conn: psycopg.Connection[Any], graph: HnswGraph) -> None:
     """Make the semantic look-up search this graph with its ef_search (inside the transaction
     that builds the graph, so that the two change together)."""
@@ -660,7 +652,7 @@ def _restore_deferred(
     for name, stored_definition in pending:
         definition = str(stored_definition)
         if name == EMBEDDING_INDEX:
-            built = _graph(values, settings)
+            built = graph_for(values, settings)
             definition = _embedding_index_sql(built)
             progress.note(f"building index {name} ({built}) over {values:,} values")
         else:
@@ -859,7 +851,7 @@ def build_index(
                 # graph now (only a bulk refresh, which builds the graph anyway, may make it
                 # smaller).
                 built_with = _built_with(conn)
-                wanted = _graph(_held_values(conn), settings)
+                wanted = graph_for(_held_values(conn), settings)
                 if built_with is not None and built_with < (wanted.m, wanted.ef_construction):
                     _defer_search_indexes(conn, only=EMBEDDING_INDEX)
             finally:

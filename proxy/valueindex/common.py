@@ -18,6 +18,8 @@ from typing import Any, Literal, Protocol
 
 import numpy
 
+from proxy.config import IndexSettings
+
 EMBEDDING_DIMENSION = 384
 
 
@@ -69,11 +71,12 @@ HNSW_EF_SEARCH = MEDIUM_GRAPH.ef_search
 creates, pgvector's default one, until pgnl index builds its own)."""
 
 
-def graph_for(values: int, *, medium_graph_values: int, large_graph_values: int) -> HnswGraph:
-    """The graph an index of this many values is built with."""
-    if values >= large_graph_values:
+def graph_for(values: int, settings: IndexSettings) -> HnswGraph:
+    """The graph an index of this many values is built with ([index] medium_graph_values and
+    large_graph_values)."""
+    if values >= settings.large_graph_values:
         return LARGE_GRAPH
-    return MEDIUM_GRAPH if values >= medium_graph_values else SMALL_GRAPH
+    return MEDIUM_GRAPH if values >= settings.medium_graph_values else SMALL_GRAPH
 
 
 def graph_memory_mb(values: int) -> int:

@@ -982,11 +982,10 @@ def test_an_index_that_grows_past_each_graph_threshold_gets_the_larger_graph(
 def test_the_graph_and_its_build_memory_follow_the_number_of_values() -> None:
     settings = IndexSettings()
     assert (settings.medium_graph_values, settings.large_graph_values) == (20_000, 100_000)
-    thresholds = {"medium_graph_values": 20_000, "large_graph_values": 100_000}
-    assert graph_for(19_999, **thresholds) == SMALL_GRAPH
-    assert graph_for(20_000, **thresholds) == MEDIUM_GRAPH
-    assert graph_for(99_999, **thresholds) == MEDIUM_GRAPH
-    assert graph_for(100_000, **thresholds) == LARGE_GRAPH
+    assert graph_for(19_999, settings) == SMALL_GRAPH
+    assert graph_for(20_000, settings) == MEDIUM_GRAPH
+    assert graph_for(99_999, settings) == MEDIUM_GRAPH
+    assert graph_for(100_000, settings) == LARGE_GRAPH
     # in memory (about 2.5 kB a value, twice that allowed), never a 1 GB floor
     assert graph_memory_mb(100) == 64
     assert graph_memory_mb(100_000) * 1024 * 1024 >= 100_000 * 2 * 2500
