@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from model_export.evaluate_sketch import PARTS, Question, accuracy, dev_questions
-from proxy.config import SketchSettings
 from proxy.nl2sql.sketcher import SKETCH_MODEL, Sketcher, load_sketcher
 from proxy.runtime import read_manifest, resolve_models_dir
 
@@ -55,38 +54,6 @@ def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-class TorchSession:
-    """A PyTorch module behind the small part of onnxruntime's InferenceSession interface that
-    `Sketcher` and `Aligner` use, so PyTorch eager runs through exactly the same code."""
-
-    class _Node:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-    def __init__(self, module: Any, inputs: Sequence[str], outputs: Sequence[str]) -> None:
-        self.module = module.eval()
-        self.input_names = list(inputs)
-        self.output_names = list(outputs)
-
-    def get_inputs(self) -> list[_Node]:
-        return [self._Node(n) for n in self.input_names]
-
-    def get_outputs(self) -> list[_Node]:
-        return [self._Node(n) for n in self.output_names]
-
-    def get_providers(self) -> list[str]:
-        return ["PyTorch eager (CPU)"]
-
-    def run(self, outputs: Sequence[str], feed: dict[str, Any]) -> list[Any]:
-        import torch
-
-        with torch.no_grad():
-            result = self.module(*(torch.from_numpy(feed[n]) for n in self.input_names))
-        values = result if isinstance(result, tuple) else (result,)
-        named = dict(zip(self.output_names, values, strict=True))
-        return [named[n].numpy() for n in outputs]
-
-
 def torch_sketcher() -> Sketcher | None:
     """The trained PyTorch checkpoints behind a Sketcher, or None (with a note) without them."""
     try:
@@ -94,13 +61,10 @@ def torch_sketcher() -> Sketcher | None:
 
         import torch
 
-        from model_export.sketch_model import INPUT_NAMES, OUTPUT_NAMES
+        from model_export.sketch_model import sketcher_of
         from model_export.train_aligner import DEFAULT_WORKDIR, aligner_model, load_sketch_model
         from model_export.train_sketch import DEFAULT_WORKDIR as SKETCH_WORKDIR
         from model_export.train_sketch import tokenizer_path
-        from proxy.nl2sql.aligner import Aligner
-        from proxy.nl2sql.encoding import WindowEncoder
-        from proxy.runtime import load_tokenizer
     except ImportError as exc:
         say(f"PyTorch eager skipped: {exc} (pip install -e '.[export]')")
         return None
@@ -111,17 +75,7 @@ def torch_sketcher() -> Sketcher | None:
     config = json.loads((DEFAULT_WORKDIR / "config.json").read_text(encoding="utf-8"))
     aligner = aligner_model(int(config["layers"]))
     aligner.load_state_dict(torch.load(DEFAULT_WORKDIR / "model.pt", weights_only=True))
-    sketch = load_sketch_model(SKETCH_WORKDIR)
-    tokenizer = tokenizer_path()
-    return Sketcher(
-        TorchSession(sketch, INPUT_NAMES, OUTPUT_NAMES),
-        Aligner(
-            TorchSession(aligner, ("input_ids", "attention_mask", "token_type_ids"), ("logits",)),
-            load_tokenizer(tokenizer, 512),
-        ),
-        WindowEncoder(load_tokenizer(tokenizer, 512)),
-        SketchSettings(),
-    )
+    return sketcher_of(load_sketch_model(SKETCH_WORKDIR), aligner, tokenizer_path())
 
 
 def accuracy_table(figures: dict[str, Any], title: str) -> str:

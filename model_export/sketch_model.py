@@ -11,6 +11,7 @@ names a schema item by its position in the window, never by text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from proxy.nl2sql.encoding import Batch, EncodedWindow
+from proxy.config import SketchSettings
+from proxy.nl2sql.aligner import Aligner
+from proxy.nl2sql.encoding import Batch, EncodedWindow, WindowEncoder
 from proxy.nl2sql.sketch import (
     AGGREGATES,
     COLUMN_OUTPUTS,
@@ -34,9 +37,12 @@ from proxy.nl2sql.sketch import (
     SelectItem,
     Sketch,
 )
+from proxy.nl2sql.sketcher import Sketcher
+from proxy.runtime import load_tokenizer
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids", "column_pool", "table_pool")
 OUTPUT_NAMES = ("column_logits", "table_logits", "question_logits")
+ALIGNER_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def base_model_dir() -> Path:
@@ -142,3 +148,46 @@ def loss(
     question_loss = bce(question_logits, question_targets, reduction="none").sum(-1).mean()
     total: torch.Tensor = column_loss + table_loss + question_loss
     return total
+
+
+class TorchSession:
+    """A PyTorch module behind the small part of onnxruntime's InferenceSession interface that
+    `Sketcher` and `Aligner` use, so that PyTorch runs through exactly the same code as ONNX."""
+
+    class _Node:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    def __init__(self, module: Any, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+        self.module = module.eval()
+        self.input_names = list(inputs)
+        self.output_names = list(outputs)
+
+    def get_inputs(self) -> list[_Node]:
+        return [self._Node(n) for n in self.input_names]
+
+    def get_outputs(self) -> list[_Node]:
+        return [self._Node(n) for n in self.output_names]
+
+    def get_providers(self) -> list[str]:
+        return ["PyTorch eager (CPU)"]
+
+    def run(self, outputs: Sequence[str], feed: dict[str, Any]) -> list[Any]:
+        with torch.no_grad():
+            result = self.module(*(torch.from_numpy(feed[n]) for n in self.input_names))
+        values = result if isinstance(result, tuple) else (result,)
+        named = dict(zip(self.output_names, values, strict=True))
+        return [named[n].numpy() for n in outputs]
+
+
+def sketcher_of(sketch: Any, aligner: Any, tokenizer: Path) -> Sketcher:
+    """A `Sketcher` over the PyTorch sketch model and aligner (eval mode, CPU)."""
+    return Sketcher(
+        TorchSession(sketch, INPUT_NAMES, OUTPUT_NAMES),  # type: ignore[arg-type]
+        Aligner(
+            TorchSession(aligner, ALIGNER_INPUT_NAMES, ("logits",)),  # type: ignore[arg-type]
+            load_tokenizer(tokenizer, 512),
+        ),
+        WindowEncoder(load_tokenizer(tokenizer, 512)),
+        SketchSettings(),
+    )

@@ -14,6 +14,11 @@ arguments, training resumes from there with the same batches. After each epoch t
 evaluated on Spider dev (top-1 exact-set accuracy of SELECT, FROM and KEYWORDS, no aligner) and the
 figures are appended to `<workdir>/history.json`. The trained weights are `<workdir>/model.pt`,
 which `python -m model_export.export_sketch` exports to ONNX.
+
+`--init` starts from trained weights instead of the base model: on a fresh checkout,
+`python -m model_export.restore_weights` writes the shipped model's to
+`build/sketch_model/model.pt`, and `--init build/sketch_model/model.pt --workdir <another>`
+trains it further (a new schedule: warm-up and decay over the new run's epochs).
 """
 
 from __future__ import annotations
@@ -168,7 +173,11 @@ def train(args: argparse.Namespace, train: Sequence[Example], dev: Sequence[Exam
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     device = choose_device(args.device)
-    model = SketchModel(load_encoder()).to(device)
+    model = SketchModel(load_encoder())
+    if args.init is not None:
+        model.load_state_dict(torch.load(args.init, weights_only=True, map_location="cpu"))
+        print(f"starting from the weights in {args.init}", file=sys.stderr)
+    model = model.to(device)
     model.encoder.embeddings.word_embeddings.weight.requires_grad = False
     named = list(model.named_parameters())
     body = [p for n, p in named if n.startswith("encoder.") and p.requires_grad]
@@ -224,6 +233,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         default=DEFAULT_WORKDIR,
         help="checkpoints and the trained model (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="start from these weights (a model.pt, e.g. the shipped model's from "
+        "`python -m model_export.restore_weights`) instead of all-MiniLM-L6-v2 with new heads",
     )
     parser.add_argument("--epochs", type=int, default=3, help="default: %(default)s")
     parser.add_argument("--batch-size", type=int, default=16, help="default: %(default)s")

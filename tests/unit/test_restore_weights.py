@@ -1,0 +1,68 @@
+"""Restoring the trained PyTorch weights from the shipped ONNX models (`model_export.restore_weights`):
+every weight found under its PyTorch name, and the restored models computing what the shipped
+ones compute."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from model_export.restore_weights import _module_path
+from proxy.runtime import SHIPPED_MODELS_DIR, read_manifest
+
+
+def test_module_path_of_traced_outputs() -> None:
+    assert (
+        _module_path("/encoder/encoder/layer.3/attention/output/dense/MatMul_output_0")
+        == "encoder.encoder.layer.3.attention.output.dense"
+    )
+    assert _module_path("/column_head/layers/layers.0/MatMul_output_0") == "column_head.layers.0"
+    assert (
+        _module_path("/head/layers/layers.3/Gemm_output_0_MatMul_output_quantized")
+        == "head.layers.3"
+    )
+
+
+def test_restored_models_compute_what_the_shipped_ones_do() -> None:
+    pytest.importorskip("torch")
+    from model_export.restore_weights import largest_differences, restore
+    from model_export.sketch_model import SketchModel, load_encoder
+    from model_export.train_aligner import aligner_model
+
+    entries = read_manifest(SHIPPED_MODELS_DIR)["models"]
+    sketch = SketchModel(load_encoder())
+    aligner = aligner_model(int(entries["aligner"]["layers"]))
+    before = {k: v.clone() for k, v in sketch.state_dict().items()}
+    assert restore(sketch, SHIPPED_MODELS_DIR / "sketch" / "model.onnx") == [
+        "encoder.pooler.dense.bias",
+        "encoder.pooler.dense.weight",
+    ]
+    changed = [k for k, v in sketch.state_dict().items() if not v.equal(before[k])]
+    assert "encoder.encoder.layer.5.attention.self.value.weight" in changed
+    assert "column_head.layers.3.weight" in changed
+    restore(aligner, SHIPPED_MODELS_DIR / "aligner" / "model.onnx")
+    sketch.eval()
+    aligner.eval()
+    sketch_worst, aligner_worst = largest_differences(sketch, aligner, SHIPPED_MODELS_DIR, 8)
+    # the sketch model ships with float16 weights, computed in float32 on both sides
+    assert sketch_worst < 1e-3
+    # the aligner ships in int8: onnxruntime quantizes its activations, PyTorch does not; a
+    # weight in the wrong place would be off by much of the logits' range (-10.7 to 3.6 on dev)
+    assert aligner_worst < 2.0
+
+
+def test_a_graph_without_a_weight_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import onnx
+
+    from model_export.restore_weights import RestoreError, restore
+    from model_export.train_aligner import aligner_model
+
+    model = onnx.load(str(SHIPPED_MODELS_DIR / "aligner" / "model.onnx"))
+    dropped = next(t for t in model.graph.initializer if t.name == "head.layers.0.bias")
+    model.graph.initializer.remove(dropped)
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    entries = read_manifest(SHIPPED_MODELS_DIR)["models"]
+    with pytest.raises(RestoreError, match=r"no weight for head\.layers\.0\.bias \(1 in all\)"):
+        restore(aligner_model(int(entries["aligner"]["layers"])), tmp_path / "model.onnx")
