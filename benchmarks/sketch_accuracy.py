@@ -7,9 +7,12 @@
    a gold query the sketch cannot represent counts as a miss), exact-set match of SELECT, FROM and
    KEYWORDS, top-1 under each ranking of the SELECT x KEYWORDS pairs (aligner log-odds + sketch
    log-probability, pgnl's default; the aligner alone, the paper's; the sketch model alone, the
-   ablation), and top-k (the gold part among K1 = 4 SELECT, K2 = 2 FROM, K3 = 2 KEYWORDS). For the
-   shipped models (the form manifest.json names), and for the fp32 and int8 ONNX models when
-   `build/onnx/` holds them (made by `python -m model_export.export_sketch`).
+   ablation), and top-k under each (the gold part among the first K1 = 4 SELECT, K2 = 2 FROM and
+   K3 = 2 KEYWORDS sets of the ranked sketches; and among the sketch model's own candidates,
+   before the rules that repair them). For the shipped models (the form manifest.json names),
+   and for the fp32 and int8 ONNX models when `build/onnx/` holds them (made by
+   `python -m model_export.export_sketch`; on a fresh checkout, after
+   `python -m model_export.restore_weights`).
 2. Latency of one question (sketch model + aligner + decoding, `Sketcher.sketch`): the first
    `--latency-questions` dev questions, each run once with the shipped models, ONNX fp32, ONNX
    int8 and PyTorch eager (the trained checkpoints in `build/`, through the same `Sketcher`
@@ -87,11 +90,17 @@ def accuracy_table(figures: dict[str, Any], title: str) -> str:
         "| SELECT top-4 | FROM top-2 | KEYWORDS top-2 |",
         "|---|---|---|---|---|---|---|",
     ]
-    top_k = " | ".join(f"{figures['top_k'][p]:.1f}" for p in PARTS)
     for name, label in ROW_NAMES.items():
         if name in figures:
             top1 = " | ".join(f"{figures[name][p]:.1f}" for p in PARTS)
+            top_k = " | ".join(f"{figures['top_k_by_ranking'][name][p]:.1f}" for p in PARTS)
             lines.append(f"| {label} | {top1} | {top_k} |")
+    model = " / ".join(f"{figures['model_top_k'][p]:.1f}" for p in PARTS)
+    lines += [
+        "",
+        "Top-k: the gold part among the first K1 / K2 / K3 distinct parts of the ranked sketches. "
+        f"Among the sketch model's own candidates, before the rules that repair them: {model}.",
+    ]
     return "\n".join(lines)
 
 

@@ -427,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures[label], small_missed = measure(label, sketch_small, aligner_small)
         losses = {
             f"{ranking} {part}": figures["fp32"][ranking][part] - figures[label][ranking][part]
-            for ranking in (*RANKINGS, "top_k")
+            for ranking in (*RANKINGS, "top_k", "model_top_k")
             for part in PARTS
         }
         worst = max(losses, key=lambda k: losses[k])

@@ -1,6 +1,6 @@
-"""Restoring the trained PyTorch weights from the shipped ONNX models (`model_export.restore_weights`):
-every weight found under its PyTorch name, and the restored models computing what the shipped
-ones compute."""
+"""`model_export.restore_weights`: the trained PyTorch weights read back from the shipped ONNX
+models, every weight under its PyTorch name, the restored models computing what the shipped ones
+compute."""
 
 from __future__ import annotations
 
