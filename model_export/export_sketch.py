@@ -335,6 +335,13 @@ def history(workdir: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
 
 
+def settings(workdir: Path) -> dict[str, Any]:
+    """`{"config": ...}`: the training run's settings (`<workdir>/config.json`), where it wrote
+    them; with `--init`, the history of the run it continued. Empty where there are none."""
+    path = workdir / "config.json"
+    return {"config": json.loads(path.read_text(encoding="utf-8"))} if path.exists() else {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -507,6 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "training": {
                     "command": "python -m model_export.train_sketch",
                     "history": history(args.sketch_workdir),
+                    **settings(args.sketch_workdir),
                 },
             },
         ),

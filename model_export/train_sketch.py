@@ -195,6 +195,13 @@ def train(args: argparse.Namespace, train: Sequence[Example], dev: Sequence[Exam
         bf16=use_bf16(args.precision, device),
         device=device,
     ).run()
+    settings: dict[str, Any] = {k: str(v) for k, v in vars(args).items()}
+    if args.init is not None and (args.init.parent / "history.json").exists():
+        # the run this one continues, as its own workdir recorded it
+        settings["init_history"] = json.loads(
+            (args.init.parent / "history.json").read_text(encoding="utf-8")
+        )
+    (args.workdir / "config.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
 
 
 def predict(model: Any, examples: Sequence[Example], batch_size: int) -> list[SketchScores]:
