@@ -335,11 +335,17 @@ def history(workdir: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
 
 
-def settings(workdir: Path) -> dict[str, Any]:
-    """`{"config": ...}`: the training run's settings (`<workdir>/config.json`), where it wrote
-    them; with `--init`, the history of the run it continued. Empty where there are none."""
-    path = workdir / "config.json"
-    return {"config": json.loads(path.read_text(encoding="utf-8"))} if path.exists() else {}
+def run_record(workdir: Path) -> dict[str, Any]:
+    """What a workdir says of the weights in it, for the manifest: `config`, the training run's
+    settings (`config.json`; with `--init`, the history of the run it continued), and
+    `restored_from`, where the weights were read back from shipped ONNX models
+    (`restored.json`, written by `restore_weights`). Each only where its file is."""
+    record: dict[str, Any] = {}
+    for key, name in (("config", "config.json"), ("restored_from", "restored.json")):
+        path = workdir / name
+        if path.exists():
+            record[key] = json.loads(path.read_text(encoding="utf-8"))
+    return record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -514,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "training": {
                     "command": "python -m model_export.train_sketch",
                     "history": history(args.sketch_workdir),
-                    **settings(args.sketch_workdir),
+                    **run_record(args.sketch_workdir),
                 },
             },
         ),
@@ -540,7 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "training": {
                     "command": "python -m model_export.train_aligner",
                     "history": history(args.aligner_workdir),
-                    "config": aligner_config,
+                    **run_record(args.aligner_workdir),
                 },
             },
         ),

@@ -12,9 +12,10 @@ the PyTorch modules `train_sketch` and `train_aligner` define, so that on a fres
 Every weight of each module must be found in the ONNX graph, or nothing is written. The weights
 are read as shipped: float16 weights widened to float32 (exact), int8 weights dequantized
 (`(q - zero_point) * scale`, per output channel): so a model shipped in int8 comes back as the
-int8 model's weights in float32, not as the float32 weights it was quantized from. Which form each
-model had is written to `<workdir>/restored.json` beside `model.pt`, with the training history
-and settings copied from the manifest (the exporter records them again).
+int8 model's weights in float32, not as the float32 weights it was quantized from. Which file and
+form each model was read from is written to `<workdir>/restored.json` beside `model.pt`, with the
+training history and settings copied from the manifest; the exporter records all three in the
+manifest again (`restored_from`), so a model exported from restored weights says so.
 
 The largest logit difference between the restored PyTorch model and the shipped ONNX model, on
 dev windows, is printed for each model: float16 weights compute in float32 on both sides (small
