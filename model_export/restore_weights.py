@@ -45,10 +45,7 @@ from model_export.train_aligner import DEFAULT_WORKDIR as ALIGNER_WORKDIR
 from model_export.train_sketch import DEFAULT_WORKDIR as SKETCH_WORKDIR
 from proxy.config import RuntimeSettings
 from proxy.nl2sql.sketcher import ALIGNER_MODEL, SKETCH_MODEL, load_sketcher
-from proxy.runtime import read_manifest
-
-ROOT = Path(__file__).resolve().parents[1]
-MODELS_DIR = ROOT / "proxy" / "models"
+from proxy.runtime import SHIPPED_MODELS_DIR, read_manifest
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 
@@ -121,11 +118,9 @@ def onnx_weights(path: Path) -> Arrays:
                 continue
             layer, kind = match.groups()
             packed = values[name]
-            width = packed.shape[-1] // 3
             for part, chunk in zip(
                 ("query", "key", "value"), np.split(packed, 3, axis=-1), strict=True
             ):
-                assert chunk.shape[-1] == width
                 key = f"encoder.encoder.layer.{layer}.attention.self.{part}.{kind}"
                 weights[key] = np.ascontiguousarray(chunk.T if kind == "weight" else chunk)
     return weights
@@ -133,7 +128,8 @@ def onnx_weights(path: Path) -> Arrays:
 
 def restore(module: Any, path: Path) -> list[str]:
     """Load `path`'s weights into `module` (every parameter must be found, with its shape);
-    returns the names of the module's buffers left as they were (e.g. position ids)."""
+    returns the names of the module's state entries left as they were (the `UNUSED`
+    parameters, and any buffer the graph does not hold)."""
     import torch
 
     weights = onnx_weights(path)
@@ -191,7 +187,10 @@ def largest_differences(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--models-dir", type=Path, default=MODELS_DIR, help="shipped models (default: %(default)s)"
+        "--models-dir",
+        type=Path,
+        default=SHIPPED_MODELS_DIR,
+        help="shipped models (default: %(default)s)",
     )
     parser.add_argument(
         "--sketch-workdir", type=Path, default=SKETCH_WORKDIR, help="default: %(default)s"
