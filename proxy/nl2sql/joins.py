@@ -17,8 +17,9 @@ the join uses their first foreign key (by column number), plus the other keys of
 (same direction, other primary-key columns referenced); two keys that reference the same column
 are two roles (`flights.source`, `flights.dest` -> `airports.code`): only the first is used.
 
-The sketch stage closes a sketch's FROM over this tree (`connected`), and PLM-only
-completion writes its FROM and JOINs from it (`complete_plm`).
+The sketch stage closes a sketch's FROM over this tree (`connected`) and leaves out the lookups
+nothing uses (`without_unused_lookups`); PLM-only completion writes its FROM and JOINs from the
+tree (`complete_plm`).
 """
 
 from __future__ import annotations
@@ -308,3 +309,42 @@ def connected(schema: Schema, tables: Iterable[int]) -> frozenset[int]:
         return frozenset(step.table for step in join_tree(schema, given))
     except JoinError:
         return given
+
+
+def without_unused_lookups(
+    schema: Schema, tables: Iterable[int], used: Iterable[int]
+) -> frozenset[int]:
+    """`tables` without the lookups that no column of `used` (global indexes) is read from: a
+    table joined to the rest by one link only, a foreign key of the other table that references
+    its whole primary key (and is not the other table's own key, which would make the two one
+    entity). Joined, such a table adds no row and drops only those whose key is NULL, so it
+    changes no answer; it only makes the query longer. Repeated while one is left out (a chain of
+    lookups goes whole).
+
+    "The ids of pets owned by students named Smith" reads has_pet and student, not pets.
+    Spider's gold queries keep such a table in 70 of 6,936 train queries and in none of dev's
+    (98 and 1 if a key that references a key counted as a lookup)."""
+    kept = set(tables)
+    reads = {schema.columns[c].table for c in used}
+    keys = {(k.column, k.referenced) for k in (*schema.foreign_keys, *implicit_keys(schema))}
+    neighbours = links(schema)
+    dropped = True
+    while dropped and len(kept) > 1:
+        dropped = False
+        for table in sorted(kept - reads):
+            joined = [(other, link) for other, link in neighbours[table] if other in kept]
+            if len(joined) != 1:
+                continue
+            other, link = joined[0]
+            pairs = link.seen_from(table)
+            mine = {column for column, _ in pairs}
+            theirs = {column for _, column in pairs}
+            if (
+                all((their, my) in keys for my, their in pairs)
+                and mine == set(schema.primary_key(table))
+                and theirs != set(schema.primary_key(other))
+            ):
+                kept.discard(table)
+                dropped = True
+                break
+    return frozenset(kept)

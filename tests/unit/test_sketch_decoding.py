@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.nl2sql.joins import without_unused_lookups
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
 from proxy.nl2sql.sketch import (
     AGGREGATES,
@@ -483,6 +484,48 @@ def test_named_tables_take_the_tables_that_join_them() -> None:
     assert named == frozenset({0, 1, 2})
     # one table needs nothing to join it
     assert named_tables(CONCERTS, select, Slots(), said, frozenset({0})) == frozenset({0})
+
+
+def test_a_lookup_no_column_is_read_from_is_left_out() -> None:
+    # singer joins singer_in_concert by a key of singer_in_concert that references singer's
+    # whole key: it adds no row, so "the ids of concerts of 2014 with a singer" reads
+    # singer_in_concert and concert, not singer
+    everything = frozenset({0, 1, 2})
+    assert without_unused_lookups(CONCERTS, everything, [5]) == frozenset({1, 2})
+    # a table a column is read from stays
+    assert without_unused_lookups(CONCERTS, everything, [1, 5]) == everything
+    # the referencing side stays: joined, it keeps only the singers in a concert
+    assert without_unused_lookups(CONCERTS, frozenset({0, 1}), [1]) == frozenset({0, 1})
+    # a chain of lookups goes whole: count(*) of singer_in_concert
+    assert without_unused_lookups(CONCERTS, everything, []) == frozenset({1})
+    in_2014 = Slots(where=(Predicate(5, "="),))
+    asked = "Which concerts of 2014 had singers? Give their ids."
+    said = tables_named_in(asked, CONCERTS)
+    assert said == frozenset({0, 2})
+    concert_ids = frozenset({SelectItem("", 4)})
+    assert named_tables(CONCERTS, concert_ids, in_2014, said, said) == frozenset({1, 2})
+    # what a counting pair counts may be a lookup's rows: "how many singers" joins singer
+    counted = frozenset({SelectItem("count", STAR)})
+    assert named_tables(CONCERTS, counted, in_2014, said, said) == everything
+
+
+def test_a_table_that_is_the_same_entity_is_no_lookup() -> None:
+    # candidates' key references people's key: a candidate is a person, one entity in two
+    # tables, and a question about candidates' support joins people even when it reads nothing
+    # there (Spider's gold queries do)
+    elections = Schema(
+        "elections",
+        (Table("people"), Table("candidates")),
+        (
+            Column(0, "person_id", "number", primary_key=True),
+            Column(0, "name"),
+            Column(1, "candidate_id", "number", primary_key=True),
+            Column(1, "support", "number"),
+        ),
+        (ForeignKey(column=2, referenced=0),),
+    )
+    both = frozenset({0, 1})
+    assert without_unused_lookups(elections, both, [3]) == both
 
 
 def test_named_tables_keep_the_model_tables_the_question_names() -> None:
