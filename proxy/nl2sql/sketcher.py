@@ -43,6 +43,7 @@ from proxy.nl2sql.sketch import (
     keyword_candidates,
     merge_windows,
     named_tables,
+    ordered_by_a_quantity,
     select_candidates,
     slots_for,
     spoken_aggregate_of,
@@ -230,8 +231,9 @@ def rank(
     (`sketch.named_tables`), scored as the model's best, and a SELECT the question spells out
     as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`, `spoken_select`,
     `spoken_aggregate_of`); a grouped column the question gives a number of ("4 cylinders")
-    becomes a WHERE condition (`sketch.counted_by_value`), and a column the SELECT averages
-    (max, min) is not grouped by (`grouped_by_its_aggregate`)."""
+    becomes a WHERE condition (`sketch.counted_by_value`), a column the SELECT averages
+    (max, min) is not grouped by (`grouped_by_its_aggregate`), and a superlative that names a
+    quantity orders by it, not by the count of a group (`ordered_by_a_quantity`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -251,6 +253,7 @@ def rank(
             for repaired in (
                 counted_by_value(named[1], named[0], select, chosen, pair_slots),
                 grouped_by_its_aggregate(named[1], named[0], select, chosen, pair_slots),
+                ordered_by_a_quantity(named[1], named[0], select, chosen, pair_slots),
             ):
                 if repaired is not None:
                     select, chosen, pair_slots = repaired

@@ -44,6 +44,7 @@ from proxy.nl2sql.sketch import (
     merge_windows,
     named_tables,
     names_table,
+    ordered_by_a_quantity,
     select_candidates,
     slots_for,
     spoken_aggregate_of,
@@ -923,3 +924,48 @@ def test_grouped_by_its_aggregate_leaves_real_groups(
     slots = Slots(group_by=frozenset({2}))
     found = grouped_by_its_aggregate(question, CARS, frozenset(select), frozenset(), slots)
     assert found is None
+
+
+BY_COUNT = frozenset({"group by", "order by", "desc", "limit"})
+COUNTED = Slots(group_by=frozenset({5}), order_by=(SelectItem("count", STAR),), limit=1)
+
+
+def test_ordered_by_a_quantity_the_superlative_names() -> None:
+    # "the most cylinders" is a value of each car, not a count of a group of makers
+    select = frozenset({SelectItem("", 5)})
+    found = ordered_by_a_quantity(
+        "Which maker has the car with the most cylinders?", CARS, select, BY_COUNT, COUNTED
+    )
+    assert found == (
+        select,
+        frozenset({"order by", "desc", "limit"}),
+        Slots(order_by=(SelectItem("", 1),), limit=1),
+    )
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # the words name a table: the most rows of cars
+        "Which maker has the most cars?",
+        # what is most common is counted
+        "Which maker has the most common cylinders?",
+        # a key is no quantity
+        "Which maker has the highest id?",
+        # no column is named
+        "Which maker is the most famous?",
+    ],
+)
+def test_ordered_by_a_quantity_leaves_counts_alone(question: str) -> None:
+    select = frozenset({SelectItem("", 5)})
+    assert ordered_by_a_quantity(question, CARS, select, BY_COUNT, COUNTED) is None
+
+
+def test_ordered_by_a_quantity_leaves_aggregates_and_other_orders_alone() -> None:
+    asked = "Which maker has the car with the most cylinders?"
+    counted = frozenset({SelectItem("", 5), SelectItem("count", STAR)})
+    assert ordered_by_a_quantity(asked, CARS, counted, BY_COUNT, COUNTED) is None
+    by_mpg = replace(COUNTED, order_by=(SelectItem("", 2),))
+    assert (
+        ordered_by_a_quantity(asked, CARS, frozenset({SelectItem("", 5)}), BY_COUNT, by_mpg) is None
+    )
