@@ -551,6 +551,80 @@ def spoken_select(
     return frozenset({*kept, *items})
 
 
+_SENTENCE_END = re.compile(r"[?.!;]\s*")
+_OWNER_WORDS = frozenset({"his", "her", "their", "its", "or", "also", "both", "all", "each"})
+"""Words before a column's own in a spoken list: "List his or her id, last name and cell phone"."""
+
+
+def _counts(words: Sequence[str]) -> bool:
+    """Whether a spoken item is a count or an aggregate ("the number of songs", "how many",
+    "average age"), not a column ("version numbers")."""
+    while words and words[0] in ("the", "a", "an"):
+        words = words[1:]
+    if not words:
+        return False
+    if words[0] in ("number", "numbers", "total"):
+        return words[1:2] == ["of"] or words[0] == "total"
+    return words[0] in ("count", "how") or words[0] in _SPOKEN_AGGREGATE
+
+
+def spoken_columns(
+    question: str, schema: Schema, select: frozenset[SelectItem]
+) -> frozenset[SelectItem] | None:
+    """`select` with the columns a sentence of the question lists in its first words and the
+    sketch left out: "Show name, country, age for all singers" where the sketch selects country
+    and age; "List his or her role, street, city and state". Each item of the list (split at
+    commas and "and", ended by a word like "of", "for" or "who") takes the column whose own
+    words it says most, wholly said first, then one `select` names, then one of a table it
+    reads. Only where the list has two items or more, every bare column `select` has is one
+    the list names and `select` takes no aggregate (nor does the list: "the name and number of
+    ..." counts), and a column is missing; an item that names no column adds nothing.
+
+    Spider train, each gold SELECT of two bare columns or more with one column taken out: the
+    gold SELECT back in 1,868 of 3,183, another in 124; on a whole gold SELECT it adds a column
+    in 6 of 6,936. Spider dev: the first sketch's SELECT right 757 -> 775 times of 1,034;
+    execution accuracy 545 -> 559 of 972 (14 won, none lost)."""
+    if not select or any(item.aggregate or item.column == STAR for item in select):
+        return None
+    named = {item.column for item in select}
+    read = {schema.columns[c].table for c in named}
+
+    def score(column: int, phrase: list[str]) -> tuple[int, bool, bool, bool]:
+        said = _naming(schema, column, phrase)
+        return (
+            said,
+            said == len(_own_words(schema, column)),
+            column in named,
+            schema.columns[column].table in read,
+        )
+
+    for sentence in _SENTENCE_END.split(question):
+        lead = _ASKS_FOR.match(sentence)
+        if lead is None:
+            continue
+        listed: list[int] = []
+        segments = _ITEM_SEPARATOR.split(sentence[lead.end() :])
+        for segment in segments:
+            words = [w for w in _QUESTION_WORD.findall(segment.lower()) if w not in _OWNER_WORDS]
+            if _counts(words):
+                return None
+            phrase = _phrase(words)
+            scores = {c: score(c, phrase) for c in range(len(schema.columns))}
+            best = max(scores, key=lambda c: scores[c], default=None)
+            if (
+                best is not None
+                and scores[best][0]
+                and list(scores.values()).count(scores[best]) == 1
+            ):
+                listed.append(best)
+            if len(phrase) < len([w for w in words if w not in _LEADING_FILLER]):
+                break  # the list ends here ("age for all singers")
+        if len(segments) < 2 or not named <= set(listed) or named == set(listed):
+            continue
+        return frozenset(SelectItem("", c) for c in listed)
+    return None
+
+
 def _phrase(words: Iterable[str], stop: Iterable[str] = ()) -> list[str]:
     """The words that name a column after a cue ("maximum", "largest"): leading filler ("the
     number of") skipped, up to a word like "in", "of" or "for" (or one of `stop`), at most

@@ -48,6 +48,7 @@ from proxy.nl2sql.sketch import (
     slots_for,
     spoken_aggregate_of,
     spoken_aggregates,
+    spoken_columns,
     spoken_order,
     spoken_select,
     tables_named_in,
@@ -230,10 +231,11 @@ def rank(
     schema and the question), a pair's first FROM set is the one its own columns call for
     (`sketch.named_tables`), scored as the model's best, and a SELECT the question spells out
     as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`, `spoken_select`,
-    `spoken_aggregate_of`); a grouped column the question gives a number of ("4 cylinders")
-    becomes a WHERE condition (`sketch.counted_by_value`), a column the SELECT averages
-    (max, min) is not grouped by (`grouped_by_its_aggregate`), and a superlative that names a
-    quantity orders by it, not by the count of a group (`ordered_by_a_quantity`)."""
+    `spoken_aggregate_of`), or one it lists as columns, some the pair's (`spoken_columns`); a
+    grouped column the question gives a number of ("4 cylinders") becomes a WHERE condition
+    (`sketch.counted_by_value`), a column the SELECT averages (max, min) is not grouped by
+    (`grouped_by_its_aggregate`), and a superlative that names a quantity orders by it, not by
+    the count of a group (`ordered_by_a_quantity`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -263,6 +265,7 @@ def rank(
                 spoken_aggregates(named[1], named[0], select, group_by)
                 or spoken_select(named[1], named[0], select, group_by)
                 or spoken_aggregate_of(named[1], named[0], select)
+                or spoken_columns(named[1], named[0], select)
             )
             select = spoken if spoken is not None else select
         pair_froms = list(froms)

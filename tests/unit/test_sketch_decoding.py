@@ -49,6 +49,7 @@ from proxy.nl2sql.sketch import (
     slots_for,
     spoken_aggregate_of,
     spoken_aggregates,
+    spoken_columns,
     spoken_order,
     spoken_select,
     tables_named_in,
@@ -969,3 +970,32 @@ def test_ordered_by_a_quantity_leaves_aggregates_and_other_orders_alone() -> Non
     assert (
         ordered_by_a_quantity(asked, CARS, frozenset({SelectItem("", 5)}), BY_COUNT, by_mpg) is None
     )
+
+
+def test_spoken_columns_adds_the_column_a_list_names() -> None:
+    asked = "Show the cylinders and mpg of all cars, ordered by mpg."
+    found = spoken_columns(asked, CARS, frozenset({SelectItem("", 1)}))
+    assert found == frozenset({SelectItem("", 1), SelectItem("", 2)})
+    # in a later sentence, after words that only say whose
+    later = "Which cars are the heaviest? List their cylinders and mpg."
+    assert spoken_columns(later, CARS, frozenset({SelectItem("", 2)})) == found
+
+
+@pytest.mark.parametrize(
+    ("question", "select"),
+    [
+        # one item is no list
+        ("Show the mpg of all cars.", {SelectItem("", 1)}),
+        # the sketch selects a column the list does not name
+        ("Show the cylinders and mpg of all cars.", {SelectItem("", 3)}),
+        # nothing is missing
+        ("Show the cylinders and mpg of all cars.", {SelectItem("", 1), SelectItem("", 2)}),
+        # a count is no column
+        ("Show the cylinders and number of cars.", {SelectItem("", 1)}),
+        ("Show the cylinders and average mpg of cars.", {SelectItem("", 1)}),
+        # the sketch aggregates
+        ("Show the cylinders and mpg of all cars.", {SelectItem("max", 1)}),
+    ],
+)
+def test_spoken_columns_leaves_other_selects_alone(question: str, select: set[SelectItem]) -> None:
+    assert spoken_columns(question, CARS, frozenset(select)) is None
