@@ -11,6 +11,7 @@ The vocabularies below are shared by the labels the models are trained on
 
 from __future__ import annotations
 
+import functools
 import heapq
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -684,6 +685,54 @@ def spoken_aggregate_of(
     return (select - set(items)) | set(changed.values())
 
 
+_ASKS_FOR_ID = re.compile(r"\bids?\b", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=64)
+def readable_names(schema: Schema) -> dict[int, int]:
+    """Key columns named like a column of the table they reference, of another kind: the id a
+    row holds, and the name it stands for (`flights.airline` -> airlines.uid, beside
+    `airlines.airline`; `degrees.campus` -> `campuses.campus`). Each such key, to that column."""
+    keys = {c for c, column in enumerate(schema.columns) if column.primary_key}
+    keys.update(k.column for k in schema.foreign_keys)
+    keys.update(k.referenced for k in schema.foreign_keys)
+    found: dict[int, int] = {}
+    for key in (*schema.foreign_keys, *implicit_keys(schema)):
+        column = schema.columns[key.column]
+        same = [
+            c
+            for c in schema.table_columns[schema.columns[key.referenced].table]
+            if schema.columns[c].name.lower() == column.name.lower()
+            and c not in keys
+            and schema.columns[c].numeric != column.numeric
+        ]
+        if len(same) == 1:
+            found.setdefault(key.column, same[0])
+    return found
+
+
+def read_by_name(
+    question: str, schema: Schema, select: frozenset[SelectItem], slots: Slots
+) -> tuple[frozenset[SelectItem], Slots]:
+    """`select` (its bare columns) and GROUP BY with each key that `readable_names` maps moved
+    to the column it stands for: "which airlines have the most flights" shows and groups by
+    airlines.airline, not flights.airline, the airline's id. Not where the question asks for
+    an id ("the full name of each car maker, along with its id").
+
+    Spider train, gold queries that select one of a pair: the name in 40, the key in 2 (dev: 26
+    and 2). Spider dev: the first sketch's SELECT right 775 -> 789 times of 1,034, execution
+    accuracy 559 of 972 before and after (2 won; 2 lost where the gold query shows the ids of
+    "the makers")."""
+    readable = readable_names(schema)
+    if not readable or _ASKS_FOR_ID.search(question):
+        return select, slots
+    moved = frozenset(
+        SelectItem("", readable.get(i.column, i.column)) if not i.aggregate else i for i in select
+    )
+    group_by = frozenset(readable.get(c, c) for c in slots.group_by)
+    return moved, replace(slots, group_by=group_by)
+
+
 def columns_of_named_tables(
     question: str,
     schema: Schema,
@@ -795,6 +844,7 @@ def spoken_order(
 
 SketchParts = tuple[frozenset[SelectItem], frozenset[str], Slots]
 """A sketch's SELECT, KEYWORDS and slots, as the repairs below return them."""
+
 
 _GROUP_CUES = frozenset({"common", "popular", "frequent", "frequently", "often", "total"})
 """Words after a superlative that ask about groups, not one row's value: "the most common age" is

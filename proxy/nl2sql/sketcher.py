@@ -44,6 +44,7 @@ from proxy.nl2sql.sketch import (
     merge_windows,
     named_tables,
     ordered_by_a_quantity,
+    read_by_name,
     select_candidates,
     slots_for,
     spoken_aggregate_of,
@@ -229,7 +230,8 @@ def rank(
     both parts when `combine`; without an aligner, that log-probability alone. Each pair is
     combined with every FROM set: ordered by pair, then by FROM probability. With `named` (the
     schema and the question), a pair's first FROM set is the one its own columns call for
-    (`sketch.named_tables`), scored as the model's best, and a SELECT the question spells out
+    (`sketch.named_tables`), scored as the model's best; a key shown or grouped by where its
+    table's name is meant is read by that name (`read_by_name`); a SELECT the question spells out
     as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`, `spoken_select`,
     `spoken_aggregate_of`), or one it lists as columns, some the pair's (`spoken_columns`); a
     grouped column the question gives a number of ("4 cylinders") becomes a WHERE condition
@@ -252,6 +254,7 @@ def rank(
             select, pair_slots = columns_of_named_tables(
                 named[1], named[0], select, pair_slots, said
             )
+            select, pair_slots = read_by_name(named[1], named[0], select, pair_slots)
             for repaired in (
                 counted_by_value(named[1], named[0], select, chosen, pair_slots),
                 grouped_by_its_aggregate(named[1], named[0], select, chosen, pair_slots),

@@ -45,6 +45,8 @@ from proxy.nl2sql.sketch import (
     named_tables,
     names_table,
     ordered_by_a_quantity,
+    read_by_name,
+    readable_names,
     select_candidates,
     slots_for,
     spoken_aggregate_of,
@@ -999,3 +1001,48 @@ def test_spoken_columns_adds_the_column_a_list_names() -> None:
 )
 def test_spoken_columns_leaves_other_selects_alone(question: str, select: set[SelectItem]) -> None:
     assert spoken_columns(question, CARS, frozenset(select)) is None
+
+
+AIRLINES = Schema(
+    "flights",
+    (Table("airlines"), Table("flights")),
+    (
+        Column(0, "uid", "integer", primary_key=True),
+        Column(0, "airline"),
+        Column(1, "flight_no", "integer", primary_key=True),
+        Column(1, "airline", "integer"),
+    ),
+    (ForeignKey(column=3, referenced=0),),
+)
+
+
+def test_a_key_named_like_a_name_is_read_by_that_name() -> None:
+    assert readable_names(AIRLINES) == {3: 1}
+    by_airline = Slots(group_by=frozenset({3}), order_by=(SelectItem("count", STAR),))
+    select = frozenset({SelectItem("", 3)})
+    asked = "Which airline has the most flights?"
+    shown, slots = read_by_name(asked, AIRLINES, select, by_airline)
+    assert shown == frozenset({SelectItem("", 1)})
+    assert slots.group_by == frozenset({1})
+    # asked for an id, the key is what is meant
+    ids = "What are the ids of airlines with the most flights?"
+    assert read_by_name(ids, AIRLINES, select, by_airline) == (select, by_airline)
+    # an aggregate over the key stays: count(DISTINCT flights.airline) counts airlines
+    counted = frozenset({SelectItem("count", 3)})
+    assert read_by_name(asked, AIRLINES, counted, Slots())[0] == counted
+
+
+def test_a_key_of_the_same_kind_as_the_column_named_like_it_is_no_id() -> None:
+    # orders.city references cities.code, and cities.city is text like it: no id to read by
+    cities = Schema(
+        "shop",
+        (Table("cities"), Table("orders")),
+        (
+            Column(0, "code", primary_key=True),
+            Column(0, "city"),
+            Column(1, "order_id", "integer", primary_key=True),
+            Column(1, "city"),
+        ),
+        (ForeignKey(column=3, referenced=0),),
+    )
+    assert readable_names(cities) == {}
