@@ -40,6 +40,7 @@ from proxy.nl2sql.sketch import (
     counted_by_value,
     from_candidates,
     grouped_by_its_aggregate,
+    grouped_without_aggregate,
     keyword_candidates,
     merge_windows,
     named_tables,
@@ -50,6 +51,7 @@ from proxy.nl2sql.sketch import (
     spoken_aggregate_of,
     spoken_aggregates,
     spoken_columns,
+    spoken_direction,
     spoken_order,
     spoken_select,
     tables_named_in,
@@ -236,8 +238,10 @@ def rank(
     `spoken_aggregate_of`), or one it lists as columns, some the pair's (`spoken_columns`); a
     grouped column the question gives a number of ("4 cylinders") becomes a WHERE condition
     (`sketch.counted_by_value`), a column the SELECT averages (max, min) is not grouped by
-    (`grouped_by_its_aggregate`), and a superlative that names a quantity orders by it, not by
-    the count of a group (`ordered_by_a_quantity`)."""
+    (`grouped_by_its_aggregate`), a superlative that names a quantity orders by it, not by
+    the count of a group (`ordered_by_a_quantity`); groups that aggregate nothing go
+    (`grouped_without_aggregate`), and "youngest" and "oldest" set the order's direction
+    (`spoken_direction`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -271,6 +275,10 @@ def rank(
                 or spoken_columns(named[1], named[0], select)
             )
             select = spoken if spoken is not None else select
+            ungrouped = grouped_without_aggregate(named[1], select, chosen, pair_slots)
+            if ungrouped is not None:
+                select, chosen, pair_slots = ungrouped
+            chosen = spoken_direction(named[1], named[0], chosen, pair_slots)
         pair_froms = list(froms)
         if named is not None and froms:
             own = named_tables(named[0], select, pair_slots, said, froms[0][0])

@@ -39,6 +39,7 @@ from proxy.nl2sql.sketch import (
     counted_by_value,
     from_candidates,
     grouped_by_its_aggregate,
+    grouped_without_aggregate,
     k_best_sets,
     keyword_candidates,
     merge_windows,
@@ -52,6 +53,7 @@ from proxy.nl2sql.sketch import (
     spoken_aggregate_of,
     spoken_aggregates,
     spoken_columns,
+    spoken_direction,
     spoken_order,
     spoken_select,
     tables_named_in,
@@ -1046,3 +1048,48 @@ def test_a_key_of_the_same_kind_as_the_column_named_like_it_is_no_id() -> None:
         (ForeignKey(column=3, referenced=0),),
     )
     assert readable_names(cities) == {}
+
+
+def test_grouped_without_aggregate_lists_rows() -> None:
+    select = frozenset({SelectItem("", 1), SelectItem("", 2)})
+    grouped = Slots(group_by=frozenset({1}))
+    asked = "Show each cylinder count and the mpg of the car."
+    found = grouped_without_aggregate(asked, select, frozenset({"group by"}), grouped)
+    assert found == (select, frozenset(), Slots())
+    # an aggregate anywhere keeps the groups
+    counted = Slots(group_by=frozenset({1}), order_by=(SelectItem("count", STAR),))
+    assert grouped_without_aggregate(asked, select, BY_COUNT, counted) is None
+    # as does one the question speaks of
+    total = "Which cylinder count has the lowest mpg in total?"
+    assert grouped_without_aggregate(total, select, frozenset({"group by"}), grouped) is None
+
+
+PEOPLE = Schema(
+    "people",
+    (Table("people"),),
+    (
+        Column(0, "name"),
+        Column(0, "age", "integer"),
+        Column(0, "birth_date", "date"),
+        Column(0, "height", "real"),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "column", "direction"),
+    [
+        ("Who is the youngest person?", 1, "asc"),
+        ("Who is the oldest person?", 1, "desc"),
+        ("Who is the youngest person?", 2, "desc"),
+        ("Who is the oldest person?", 2, "asc"),
+        # another column, or no such word: as the sketch has it
+        ("Who is the oldest person?", 3, "desc"),
+        ("Who is the tallest person?", 1, "desc"),
+    ],
+)
+def test_spoken_direction(question: str, column: int, direction: str) -> None:
+    ordered = Slots(order_by=(SelectItem("", column),), limit=1)
+    keywords = frozenset({"order by", "desc", "limit"})
+    found = spoken_direction(question, PEOPLE, keywords, ordered)
+    assert found == frozenset({"order by", direction, "limit"})
