@@ -591,13 +591,8 @@ def spoken_columns(
     read = {schema.columns[c].table for c in named}
 
     def score(column: int, phrase: list[str]) -> tuple[int, bool, bool, bool]:
-        said = _naming(schema, column, phrase)
-        return (
-            said,
-            said == len(_own_words(schema, column)),
-            column in named,
-            schema.columns[column].table in read,
-        )
+        said, wholly = _namings(schema, tuple(phrase))[column]
+        return (said, wholly, column in named, schema.columns[column].table in read)
 
     for sentence in _SENTENCE_END.split(question):
         lead = _ASKS_FOR.match(sentence)
@@ -651,12 +646,25 @@ def _naming(schema: Schema, column: int, phrase: Sequence[str]) -> int:
     return sum(any(_word_match(w, s) for s in said) for w in _own_words(schema, column))
 
 
-def _own_words(schema: Schema, column: int) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def _own_words(schema: Schema, column: int) -> tuple[str, ...]:
     """A column's words, less filler and the words that name its table ("singer" of
     singer.singer_id), unless nothing else is left."""
     words = [w for w in schema.columns[column].label.lower().split() if w not in _FILLER_WORDS]
     table = schema.tables[schema.columns[column].table].label.lower().split()
-    return [w for w in words if not any(_word_match(t, w) == 2 for t in table)] or words
+    own = [w for w in words if not any(_word_match(t, w) == 2 for t in table)] or words
+    return tuple(own)
+
+
+@functools.lru_cache(maxsize=1024)
+def _namings(schema: Schema, phrase: tuple[str, ...]) -> tuple[tuple[int, bool], ...]:
+    """For each column of the schema: how many of its own words the phrase says (`_naming`),
+    and whether that is all of them. Once per phrase: every pair of a question asks again."""
+    found = []
+    for column in range(len(schema.columns)):
+        said = _naming(schema, column, phrase)
+        found.append((said, said == len(_own_words(schema, column))))
+    return tuple(found)
 
 
 def spoken_aggregate_of(
