@@ -48,10 +48,10 @@ from proxy.nl2sql.sketch import (
     read_by_name,
     select_candidates,
     slots_for,
+    spoken_age_order,
     spoken_aggregate_of,
     spoken_aggregates,
     spoken_columns,
-    spoken_direction,
     spoken_order,
     spoken_select,
     tables_named_in,
@@ -240,8 +240,8 @@ def rank(
     (`sketch.counted_by_value`), a column the SELECT averages (max, min) is not grouped by
     (`grouped_by_its_aggregate`), a superlative that names a quantity orders by it, not by
     the count of a group (`ordered_by_a_quantity`); groups that aggregate nothing go
-    (`grouped_without_aggregate`), and "youngest" and "oldest" set the order's direction
-    (`spoken_direction`)."""
+    (`grouped_without_aggregate`), and "youngest" and "oldest" order by an age or a birth
+    date, in the direction they say (`spoken_age_order`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -278,7 +278,7 @@ def rank(
             ungrouped = grouped_without_aggregate(named[1], select, chosen, pair_slots)
             if ungrouped is not None:
                 select, chosen, pair_slots = ungrouped
-            chosen = spoken_direction(named[1], named[0], chosen, pair_slots)
+            chosen, pair_slots = spoken_age_order(named[1], named[0], select, chosen, pair_slots)
         pair_froms = list(froms)
         if named is not None and froms:
             own = named_tables(named[0], select, pair_slots, said, froms[0][0])

@@ -50,10 +50,10 @@ from proxy.nl2sql.sketch import (
     readable_names,
     select_candidates,
     slots_for,
+    spoken_age_order,
     spoken_aggregate_of,
     spoken_aggregates,
     spoken_columns,
-    spoken_direction,
     spoken_order,
     spoken_select,
     tables_named_in,
@@ -1077,19 +1077,32 @@ PEOPLE = Schema(
 
 
 @pytest.mark.parametrize(
-    ("question", "column", "direction"),
+    ("question", "column", "ordered", "direction"),
     [
-        ("Who is the youngest person?", 1, "asc"),
-        ("Who is the oldest person?", 1, "desc"),
-        ("Who is the youngest person?", 2, "desc"),
-        ("Who is the oldest person?", 2, "asc"),
-        # another column, or no such word: as the sketch has it
-        ("Who is the oldest person?", 3, "desc"),
-        ("Who is the tallest person?", 1, "desc"),
+        ("Who is the youngest person?", 1, 1, "asc"),
+        ("Who is the oldest person?", 1, 1, "desc"),
+        ("Who is the youngest person?", 2, 2, "desc"),
+        ("Who is the oldest person?", 2, 2, "asc"),
+        # ordered by another column: by the age of the table the SELECT reads
+        ("Who is the oldest person?", 3, 1, "desc"),
+        # no such word: as the sketch has it
+        ("Who is the tallest person?", 1, 1, "desc"),
     ],
 )
-def test_spoken_direction(question: str, column: int, direction: str) -> None:
-    ordered = Slots(order_by=(SelectItem("", column),), limit=1)
+def test_spoken_age_order(question: str, column: int, ordered: int, direction: str) -> None:
+    names = frozenset({SelectItem("", 0)})
+    by_column = Slots(order_by=(SelectItem("", column),), limit=1)
     keywords = frozenset({"order by", "desc", "limit"})
-    found = spoken_direction(question, PEOPLE, keywords, ordered)
-    assert found == frozenset({"order by", direction, "limit"})
+    found = spoken_age_order(question, PEOPLE, names, keywords, by_column)
+    assert found == (
+        frozenset({"order by", direction, "limit"}),
+        Slots(order_by=(SelectItem("", ordered),), limit=1),
+    )
+
+
+def test_spoken_age_order_leaves_counts_alone() -> None:
+    counted = Slots(order_by=(SelectItem("count", STAR),), limit=1)
+    keywords = frozenset({"order by", "desc", "limit"})
+    names = frozenset({SelectItem("", 0)})
+    found = spoken_age_order("Who is the oldest person?", PEOPLE, names, keywords, counted)
+    assert found == (keywords, counted)
