@@ -141,6 +141,7 @@ from proxy.nl2sql.sketch import (
     SelectItem,
     Sketch,
     Slots,
+    said_direction,
     tables_named_in,
 )
 
@@ -947,35 +948,11 @@ def _spoken_direction(query: _Query, item: SelectItem) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-_SAID_DESCENDING = re.compile(
-    r"\b(?:descending|decreasing|reverse(?:d)? (?:alphabetical|lexicographical)"
-    r"|(?:high|highest|large|largest|big|biggest|most|greatest|z) to (?:low|lowest|small"
-    r"|smallest|least|fewest|a)\b)",
-    re.IGNORECASE,
-)
-_SAID_ASCENDING = re.compile(
-    r"\b(?:ascending|increasing|(?<!reverse )(?<!reversed )alphabetical"
-    r"|(?:low|lowest|small|smallest|least|fewest|a) to (?:high|highest|large|largest|big"
-    r"|biggest|most|greatest|z)\b)",
-    re.IGNORECASE,
-)
-
-
-def _said_direction(question: str) -> str | None:
-    """ " DESC" or "" where the question says which way to sort in so many words
-    ("descending", "from high to low", "in alphabetical order"); None where it says neither
-    or both."""
-    down, up = _SAID_DESCENDING.search(question), _SAID_ASCENDING.search(question)
-    if bool(down) == bool(up):
-        return None
-    return " DESC" if down else ""
-
-
 def _order_clause(query: _Query) -> str:
     if not query.slots.order_by:
         return ""
     default = " DESC" if "desc" in query.sketch.keywords else ""
-    said = _said_direction(query.question)
+    said = {"desc": " DESC", "asc": ""}.get(said_direction(query.question) or "")
     spoken = said if said is not None else _spoken_direction(query, query.slots.order_by[0])
     direction = default if spoken is None else spoken
     return "ORDER BY " + ", ".join(query.writer.item(i) + direction for i in query.slots.order_by)

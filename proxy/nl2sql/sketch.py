@@ -877,6 +877,41 @@ def grouped_without_aggregate(
     )
 
 
+_SAID_DESCENDING = re.compile(
+    r"\b(?:descending|decreasing|reverse(?:d)? (?:alphabetical|lexicographical)"
+    r"|(?:high|highest|large|largest|big|biggest|most|greatest|z) to (?:low|lowest|small"
+    r"|smallest|least|fewest|a)\b)",
+    re.IGNORECASE,
+)
+_SAID_ASCENDING = re.compile(
+    r"\b(?:ascending|increasing|(?<!reverse )(?<!reversed )alphabetical"
+    r"|(?:low|lowest|small|smallest|least|fewest|a) to (?:high|highest|large|largest|big"
+    r"|biggest|most|greatest|z)\b)",
+    re.IGNORECASE,
+)
+
+
+def said_direction(question: str) -> str | None:
+    """ "desc" or "asc" where the question says which way to sort in so many words
+    ("descending", "from high to low", "in alphabetical order"); None where it says neither
+    or both. The sketch's keywords follow it (`in_said_direction`), and so does completion's
+    ORDER BY. Spider train, gold queries that order where it says a direction: 350 of 353 as
+    said. Spider dev: the first sketch's KEYWORDS right 877 -> 878 times of 1,034."""
+    down, up = _SAID_DESCENDING.search(question), _SAID_ASCENDING.search(question)
+    if bool(down) == bool(up):
+        return None
+    return "desc" if down else "asc"
+
+
+def in_said_direction(question: str, keywords: frozenset[str]) -> frozenset[str]:
+    """`keywords` with the ORDER BY direction the question says in so many words
+    (`said_direction`), where they order; else as they are."""
+    said = said_direction(question)
+    if said is None or "order by" not in keywords:
+        return keywords
+    return (keywords - {"asc", "desc"}) | {said}
+
+
 _AGE_WORDS = re.compile(r"\b(youngest|oldest)\b", re.IGNORECASE)
 
 

@@ -41,6 +41,7 @@ from proxy.nl2sql.sketch import (
     from_candidates,
     grouped_by_its_aggregate,
     grouped_without_aggregate,
+    in_said_direction,
     keyword_candidates,
     merge_windows,
     named_tables,
@@ -241,7 +242,8 @@ def rank(
     (`grouped_by_its_aggregate`), a superlative that names a quantity orders by it, not by
     the count of a group (`ordered_by_a_quantity`); groups that aggregate nothing go
     (`grouped_without_aggregate`), and "youngest" and "oldest" order by an age or a birth
-    date, in the direction they say (`spoken_age_order`)."""
+    date, in the direction they say (`spoken_age_order`), unless the question says the
+    direction in so many words ("from high to low": `in_said_direction`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -279,6 +281,7 @@ def rank(
             if ungrouped is not None:
                 select, chosen, pair_slots = ungrouped
             chosen, pair_slots = spoken_age_order(named[1], named[0], select, chosen, pair_slots)
+            chosen = in_said_direction(named[1], chosen)
         pair_froms = list(froms)
         if named is not None and froms:
             own = named_tables(named[0], select, pair_slots, said, froms[0][0])

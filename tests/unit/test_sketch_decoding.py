@@ -40,6 +40,7 @@ from proxy.nl2sql.sketch import (
     from_candidates,
     grouped_by_its_aggregate,
     grouped_without_aggregate,
+    in_said_direction,
     k_best_sets,
     keyword_candidates,
     merge_windows,
@@ -48,6 +49,7 @@ from proxy.nl2sql.sketch import (
     ordered_by_a_quantity,
     read_by_name,
     readable_names,
+    said_direction,
     select_candidates,
     slots_for,
     spoken_age_order,
@@ -1106,3 +1108,24 @@ def test_spoken_age_order_leaves_counts_alone() -> None:
     names = frozenset({SelectItem("", 0)})
     found = spoken_age_order("Who is the oldest person?", PEOPLE, names, keywords, counted)
     assert found == (keywords, counted)
+
+
+@pytest.mark.parametrize(
+    ("question", "said"),
+    [
+        ("List the names of singers from high to low age.", "desc"),
+        ("Sort the shops in descending order of products.", "desc"),
+        ("List the names in alphabetical order.", "asc"),
+        ("List the names in reverse alphabetical order.", "desc"),
+        ("List the oldest singer.", None),
+        # both ways said: neither
+        ("Sort by age descending and by name ascending.", None),
+    ],
+)
+def test_said_direction(question: str, said: str | None) -> None:
+    assert said_direction(question) == said
+    ordered = frozenset({"order by", "asc"})
+    expected = ordered if said is None else frozenset({"order by", said})
+    assert in_said_direction(question, ordered) == expected
+    # nothing to direct where the sketch does not order
+    assert in_said_direction(question, frozenset({"where"})) == frozenset({"where"})
