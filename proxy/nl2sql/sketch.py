@@ -912,6 +912,36 @@ def in_said_direction(question: str, keywords: frozenset[str]) -> frozenset[str]
     return (keywords - {"asc", "desc"}) | {said}
 
 
+_BY_FREQUENCY = re.compile(
+    r"\b(?:by (?:their |its |the )?frequency|order of (?:their |its |the )?(?:count|frequency)"
+    r"|by (?:their |its |the )?count\b|how often)",
+    re.IGNORECASE,
+)
+
+
+def ordered_by_frequency(
+    question: str, select: frozenset[SelectItem], keywords: frozenset[str], slots: Slots
+) -> SketchParts | None:
+    """The sketch grouped by its SELECT's columns and ordered by count(*) where the question
+    sorts "by frequency" or "in order of count" ("the record formats of orchestras, sorted by
+    their frequency"). Only for a SELECT of plain columns and a sketch that does not order by
+    count(*) already; the direction is the sketch's, ascending where it has none. None
+    otherwise. Spider train: all 11 gold queries of such questions order by count(*). Spider
+    dev, with `in_said_direction`: the first sketch's KEYWORDS right 878 -> 880 times of 1,034;
+    execution accuracy 561 -> 562 of 972 (none lost; the direction changed no query)."""
+    if not _BY_FREQUENCY.search(question) or not select:
+        return None
+    if any(item.aggregate or item.column == STAR for item in select):
+        return None
+    counted = (SelectItem("count", STAR),)
+    if slots.order_by == counted:
+        return None
+    direction = {"desc"} if "desc" in keywords else {"asc"}
+    chosen = (keywords - {"asc", "desc"}) | {"group by", "order by"} | direction
+    grouped = replace(slots, group_by=frozenset(item.column for item in select), order_by=counted)
+    return select, chosen, grouped
+
+
 _AGE_WORDS = re.compile(r"\b(youngest|oldest)\b", re.IGNORECASE)
 
 

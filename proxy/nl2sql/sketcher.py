@@ -46,6 +46,7 @@ from proxy.nl2sql.sketch import (
     merge_windows,
     named_tables,
     ordered_by_a_quantity,
+    ordered_by_frequency,
     read_by_name,
     select_candidates,
     slots_for,
@@ -241,7 +242,8 @@ def rank(
     (`sketch.counted_by_value`), a column the SELECT averages (max, min) is not grouped by
     (`grouped_by_its_aggregate`), a superlative that names a quantity orders by it, not by
     the count of a group (`ordered_by_a_quantity`); groups that aggregate nothing go
-    (`grouped_without_aggregate`), and "youngest" and "oldest" order by an age or a birth
+    (`grouped_without_aggregate`), a question that sorts "by frequency" groups and counts
+    (`ordered_by_frequency`), and "youngest" and "oldest" order by an age or a birth
     date, in the direction they say (`spoken_age_order`), unless the question says the
     direction in so many words ("from high to low": `in_said_direction`)."""
     pairs = list(itertools.product(selects, keywords))
@@ -277,9 +279,12 @@ def rank(
                 or spoken_columns(named[1], named[0], select)
             )
             select = spoken if spoken is not None else select
-            ungrouped = grouped_without_aggregate(named[1], select, chosen, pair_slots)
-            if ungrouped is not None:
-                select, chosen, pair_slots = ungrouped
+            for regrouped in (
+                grouped_without_aggregate(named[1], select, chosen, pair_slots),
+                ordered_by_frequency(named[1], select, chosen, pair_slots),
+            ):
+                if regrouped is not None:
+                    select, chosen, pair_slots = regrouped
             chosen, pair_slots = spoken_age_order(named[1], named[0], select, chosen, pair_slots)
             chosen = in_said_direction(named[1], chosen)
         pair_froms = list(froms)

@@ -47,6 +47,7 @@ from proxy.nl2sql.sketch import (
     named_tables,
     names_table,
     ordered_by_a_quantity,
+    ordered_by_frequency,
     read_by_name,
     readable_names,
     said_direction,
@@ -1129,3 +1130,21 @@ def test_said_direction(question: str, said: str | None) -> None:
     assert in_said_direction(question, ordered) == expected
     # nothing to direct where the sketch does not order
     assert in_said_direction(question, frozenset({"where"})) == frozenset({"where"})
+
+
+def test_ordered_by_frequency_groups_and_counts() -> None:
+    cylinders = frozenset({SelectItem("", 1)})
+    by_mpg = Slots(order_by=(SelectItem("", 2),))
+    asked = "List the cylinder counts of cars, sorted by their frequency."
+    found = ordered_by_frequency(asked, cylinders, frozenset({"order by"}), by_mpg)
+    assert found == (
+        cylinders,
+        frozenset({"group by", "order by", "asc"}),
+        Slots(group_by=frozenset({1}), order_by=(SelectItem("count", STAR),)),
+    )
+    # no such words, an aggregate shown, or already counted: as it is
+    plain = "List the cylinder counts of cars, sorted by mpg."
+    assert ordered_by_frequency(plain, cylinders, frozenset({"order by"}), by_mpg) is None
+    averaged = frozenset({SelectItem("avg", 2)})
+    assert ordered_by_frequency(asked, averaged, frozenset({"order by"}), by_mpg) is None
+    assert ordered_by_frequency(asked, cylinders, BY_COUNT, COUNTED) is None
