@@ -701,9 +701,7 @@ def readable_names(schema: Schema) -> dict[int, int]:
     """Key columns named like a column of the table they reference, of another kind: the id a
     row holds, and the name it stands for (`flights.airline` -> airlines.uid, beside
     `airlines.airline`; `degrees.campus` -> `campuses.campus`). Each such key, to that column."""
-    keys = {c for c, column in enumerate(schema.columns) if column.primary_key}
-    keys.update(k.column for k in schema.foreign_keys)
-    keys.update(k.referenced for k in schema.foreign_keys)
+    keys = _keys(schema)
     found: dict[int, int] = {}
     for key in (*schema.foreign_keys, *implicit_keys(schema)):
         column = schema.columns[key.column]
