@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import heapq
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -697,7 +697,7 @@ _ASKS_FOR_ID = re.compile(r"\bids?\b", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=64)
-def readable_names(schema: Schema) -> dict[int, int]:
+def readable_names(schema: Schema) -> Mapping[int, int]:
     """Key columns named like a column of the table they reference, of another kind: the id a
     row holds, and the name it stands for (`flights.airline` -> airlines.uid, beside
     `airlines.airline`; `degrees.campus` -> `campuses.campus`). Each such key, to that column."""
@@ -964,14 +964,16 @@ def spoken_age_order(
     keywords: frozenset[str],
     slots: Slots,
 ) -> tuple[frozenset[str], Slots]:
-    """`keywords` and `slots` ordered as "youngest" or "oldest" says: by the column of an age or
-    a birth date the sketch orders by, else by the one column of an age (else of a birth date)
-    of the tables its SELECT reads, in place of the plain columns it orders by; the youngest is
-    the least age and the latest birth date, the oldest the greatest age and the earliest date.
-    Unchanged for a sketch that orders by an aggregate, or by nothing, where no such column is
-    found, and for another question. Spider train, gold queries that order by one column for
-    such a word: 29 of 31 as said. Spider dev: the first sketch's KEYWORDS right 872 -> 877
-    times of 1,034, ORDER BY 946 -> 953; execution accuracy 559 -> 561 of 972 (none lost)."""
+    """`keywords` and `slots` ordered as "youngest" or "oldest" says: by the one column the
+    sketch orders by where that is of an age or a birth date, else by the one column of an age
+    (else of a birth date) of the tables its SELECT reads, in place of the plain columns it
+    orders by ("the youngest pet" orders by pets.pet_age, not student.age and pets.weight);
+    the youngest is the least age and the latest birth date, the oldest the greatest age and
+    the earliest date. Unchanged for a sketch that orders by an aggregate, or by nothing,
+    where no such column is found, and for another question. Spider train, gold queries that
+    order by one column for such a word: 29 of 31 as said. Spider dev: the first sketch's
+    KEYWORDS right 872 -> 877 times of 1,034, ORDER BY 946 -> 953; execution accuracy 559 ->
+    561 of 972 (none lost)."""
     match = _AGE_WORDS.search(question)
     order_by = slots.order_by
     if match is None or "order by" not in keywords or not order_by:
@@ -1022,8 +1024,7 @@ def ordered_by_a_quantity(
     HAVING; the column is the one the words after the superlative name best, not a key, of a
     table the sketch reads if one there is named as well as any; the words must name no table
     ("the most employees" counts rows of employees) nor ask about groups (`_GROUP_CUES`). GROUP
-    BY goes.
-    None where any of this does not hold.
+    BY goes. None where any of this does not hold.
 
     Spider train, questions whose superlative names such a column: the gold query orders by it
     in 150, by another column in 26, by an aggregate of a group in 39, by count(*) in 25. Spider
