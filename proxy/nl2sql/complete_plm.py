@@ -952,7 +952,8 @@ def _order_clause(query: _Query) -> str:
     if not query.slots.order_by:
         return ""
     default = " DESC" if "desc" in query.sketch.keywords else ""
-    said = {"desc": " DESC", "asc": ""}.get(said_direction(query.question) or "")
+    way = said_direction(query.question)
+    said = None if way is None else (" DESC" if way == "desc" else "")
     spoken = said if said is not None else _spoken_direction(query, query.slots.order_by[0])
     direction = default if spoken is None else spoken
     return "ORDER BY " + ", ".join(query.writer.item(i) + direction for i in query.slots.order_by)
