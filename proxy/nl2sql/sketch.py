@@ -739,6 +739,66 @@ def read_by_name(
     return moved, replace(slots, group_by=group_by)
 
 
+@functools.lru_cache(maxsize=64)
+def equal_columns(schema: Schema) -> Mapping[int, frozenset[int]]:
+    """Columns a key makes equal in every joined row: a foreign key and the column it
+    references, of the same name and kind (`car_names.model` -> `model_list.model`). Each such
+    column, to the others."""
+    found: dict[int, set[int]] = {}
+    for key in (*schema.foreign_keys, *implicit_keys(schema)):
+        one, other = schema.columns[key.column], schema.columns[key.referenced]
+        if one.table == other.table or one.name.lower() != other.name.lower():
+            continue
+        if one.numeric != other.numeric:
+            continue
+        found.setdefault(key.column, set()).add(key.referenced)
+        found.setdefault(key.referenced, set()).add(key.column)
+    return {column: frozenset(others) for column, others in found.items()}
+
+
+def nearest_equals(
+    schema: Schema, select: frozenset[SelectItem], slots: Slots
+) -> tuple[frozenset[SelectItem], Slots]:
+    """`select` (its bare columns) and GROUP BY with each column that a key makes equal to
+    another (`equal_columns`) moved to the one of them whose table joins the tables the other
+    columns read in fewest tables: "the model of the car with the least horsepower" is
+    car_names.model beside cars_data.horsepower, not model_list.model one join further. Ties
+    and columns alone stay.
+
+    Spider train, gold queries that select such a column beside others: 1,082 of the nearer,
+    138 of one as near, 101 of a farther one (dev: 87, 6, 17). Spider dev: the first sketch's
+    SELECT right 789 -> 793 times of 1,034 (14 won, 10 lost, most of them a count grouped by
+    the referencing table's copy of the key), FROM 764 -> 774; execution accuracy 562 -> 563 of
+    972 (none lost; 17 queries changed, most of them one join shorter)."""
+    equals = equal_columns(schema)
+    moved: dict[int, int] = {}
+    shown = [i.column for i in select if not i.aggregate and i.column in equals]
+    for column in shown:
+        used = {
+            *(i.column for i in (*select, *slots.having, *slots.order_by)),
+            *(p.column for p in slots.where),
+            *slots.group_by,
+        } - {STAR, column}
+        others = {schema.columns[c].table for c in used}
+        if not others:
+            continue
+
+        def joins(candidate: int, others: set[int] = others) -> int:
+            return len(connected(schema, others | {schema.columns[candidate].table}))
+
+        best = min(sorted(equals[column]), key=joins)
+        if joins(best) < joins(column):
+            moved[column] = best
+    if not moved:
+        return select, slots
+    items = frozenset(
+        SelectItem(i.aggregate, moved.get(i.column, i.column)) if not i.aggregate else i
+        for i in select
+    )
+    group_by = frozenset(moved.get(c, c) for c in slots.group_by)
+    return items, replace(slots, group_by=group_by)
+
+
 def columns_of_named_tables(
     question: str,
     schema: Schema,

@@ -45,6 +45,7 @@ from proxy.nl2sql.sketch import (
     keyword_candidates,
     merge_windows,
     named_tables,
+    nearest_equals,
     ordered_by_a_quantity,
     ordered_by_frequency,
     read_by_name,
@@ -235,7 +236,8 @@ def rank(
     combined with every FROM set: ordered by pair, then by FROM probability. With `named` (the
     schema and the question), a pair's first FROM set is the one its own columns call for
     (`sketch.named_tables`), scored as the model's best; a key shown or grouped by where its
-    table's name is meant is read by that name (`read_by_name`); a SELECT the question spells out
+    table's name is meant is read by that name (`read_by_name`), and one a key makes equal to
+    a column of a nearer table is read there (`nearest_equals`); a SELECT the question spells out
     as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`, `spoken_select`,
     `spoken_aggregate_of`), or one it lists as columns, some the pair's (`spoken_columns`); a
     grouped column the question gives a number of ("4 cylinders") becomes a WHERE condition
@@ -263,6 +265,7 @@ def rank(
                 named[1], named[0], select, pair_slots, said
             )
             select, pair_slots = read_by_name(named[1], named[0], select, pair_slots)
+            select, pair_slots = nearest_equals(named[0], select, pair_slots)
             for repaired in (
                 counted_by_value(named[1], named[0], select, chosen, pair_slots),
                 grouped_by_its_aggregate(named[1], named[0], select, chosen, pair_slots),

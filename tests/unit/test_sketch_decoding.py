@@ -37,6 +37,7 @@ from proxy.nl2sql.sketch import (
     Slots,
     columns_of_named_tables,
     counted_by_value,
+    equal_columns,
     from_candidates,
     grouped_by_its_aggregate,
     grouped_without_aggregate,
@@ -46,6 +47,7 @@ from proxy.nl2sql.sketch import (
     merge_windows,
     named_tables,
     names_table,
+    nearest_equals,
     ordered_by_a_quantity,
     ordered_by_frequency,
     read_by_name,
@@ -1148,3 +1150,36 @@ def test_ordered_by_frequency_groups_and_counts() -> None:
     averaged = frozenset({SelectItem("avg", 2)})
     assert ordered_by_frequency(asked, averaged, frozenset({"order by"}), by_mpg) is None
     assert ordered_by_frequency(asked, cylinders, BY_COUNT, COUNTED) is None
+
+
+CAR_MODELS = Schema(
+    "cars",
+    (Table("model_list"), Table("car_names"), Table("cars_data")),
+    (
+        Column(0, "model_id", "integer", primary_key=True),
+        Column(0, "model"),
+        Column(1, "make_id", "integer", primary_key=True),
+        Column(1, "model"),
+        Column(2, "id", "integer", primary_key=True),
+        Column(2, "horsepower", "integer"),
+    ),
+    (ForeignKey(column=3, referenced=1), ForeignKey(column=4, referenced=2)),
+)
+
+
+def test_nearest_equals_reads_a_keyed_column_one_join_nearer() -> None:
+    assert equal_columns(CAR_MODELS) == {1: frozenset({3}), 3: frozenset({1})}
+    # "the model of the car with the least horsepower": car_names.model, beside cars_data
+    weakest = Slots(order_by=(SelectItem("", 5),), limit=1)
+    far = frozenset({SelectItem("", 1)})
+    found = nearest_equals(CAR_MODELS, far, weakest)
+    assert found == (frozenset({SelectItem("", 3)}), weakest)
+    # alone, or already nearest, it stays
+    assert nearest_equals(CAR_MODELS, far, Slots()) == (far, Slots())
+    near = frozenset({SelectItem("", 3)})
+    assert nearest_equals(CAR_MODELS, near, weakest) == (near, weakest)
+    # grouped by it too: both move
+    grouped = Slots(group_by=frozenset({1}), order_by=(SelectItem("max", 5),))
+    shown, slots = nearest_equals(CAR_MODELS, far, grouped)
+    assert shown == near
+    assert slots.group_by == frozenset({3})
