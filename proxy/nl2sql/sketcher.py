@@ -35,7 +35,9 @@ from proxy.nl2sql.schema import Schema, spelled_out
 from proxy.nl2sql.sketch import (
     SelectItem,
     Sketch,
+    SketchParts,
     SketchScores,
+    Slots,
     columns_of_named_tables,
     counted_by_value,
     from_candidates,
@@ -237,7 +239,9 @@ def rank(
     schema and the question), a pair's first FROM set is the one its own columns call for
     (`sketch.named_tables`), scored as the model's best; a key shown or grouped by where its
     table's name is meant is read by that name (`read_by_name`), and one a key makes equal to
-    a column of a nearer table is read there (`nearest_equals`); a SELECT the question spells out
+    a column of a nearer table is read there (`nearest_equals`; the sketches as they were
+    before that move come after all the others, so that the K1 SELECT sets proposed stay as
+    many); a SELECT the question spells out
     as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`, `spoken_select`,
     `spoken_aggregate_of`), or one it lists as columns, some the pair's (`spoken_columns`); a
     grouped column the question gives a number of ("4 cylinders") becomes a WHERE condition
@@ -257,55 +261,83 @@ def rank(
     slots = {chosen: slots_for(scores, chosen) for chosen, _ in keywords}
     said = tables_named_in(named[1], named[0]) if named is not None else frozenset()
     sketches: list[Sketch] = []
+    replaced: list[Sketch] = []  # what `nearest_equals` moved, kept as a last resort
     for i in ranked:
         select, chosen = pairs[i][0][0], pairs[i][1][0]
-        pair_slots = slots[chosen]
+        variants = [(select, chosen, slots[chosen])]
         if named is not None:
-            select, pair_slots = columns_of_named_tables(
-                named[1], named[0], select, pair_slots, said
+            variants = _repaired(named, said, select, chosen, slots[chosen])
+            if len(variants) > 1 and variants[1][0] == variants[0][0]:
+                variants.pop()
+        for n, (shown, keywords_chosen, pair_slots) in enumerate(variants):
+            pair_froms = list(froms)
+            if named is not None and froms:
+                own = named_tables(named[0], shown, pair_slots, said, froms[0][0])
+                if own is not None:
+                    pair_froms = [(own, froms[0][1]), *(f for f in froms if f[0] != own)]
+            (replaced if n else sketches).extend(
+                Sketch(
+                    select=shown,
+                    tables=tables,
+                    keywords=keywords_chosen,
+                    slots=pair_slots,
+                    score=float(pair_scores[i] + from_score),
+                )
+                for tables, from_score in pair_froms
             )
-            select, pair_slots = read_by_name(named[1], named[0], select, pair_slots)
-            select, pair_slots = nearest_equals(named[0], select, pair_slots)
-            for repaired in (
-                counted_by_value(named[1], named[0], select, chosen, pair_slots),
-                grouped_by_its_aggregate(named[1], named[0], select, chosen, pair_slots),
-                ordered_by_a_quantity(named[1], named[0], select, chosen, pair_slots),
-            ):
-                if repaired is not None:
-                    select, chosen, pair_slots = repaired
-            pair_slots = spoken_order(named[1], named[0], select, pair_slots)
-            group_by = pair_slots.group_by
-            spoken = (
-                spoken_aggregates(named[1], named[0], select, group_by)
-                or spoken_select(named[1], named[0], select, group_by)
-                or spoken_aggregate_of(named[1], named[0], select)
-                or spoken_columns(named[1], named[0], select)
-            )
-            select = spoken if spoken is not None else select
-            for regrouped in (
-                grouped_without_aggregate(named[1], select, chosen, pair_slots),
-                ordered_by_frequency(named[1], select, chosen, pair_slots),
-            ):
-                if regrouped is not None:
-                    select, chosen, pair_slots = regrouped
-            chosen, pair_slots = spoken_age_order(named[1], named[0], select, chosen, pair_slots)
-            chosen = in_said_direction(named[1], chosen)
-        pair_froms = list(froms)
-        if named is not None and froms:
-            own = named_tables(named[0], select, pair_slots, said, froms[0][0])
-            if own is not None:
-                pair_froms = [(own, froms[0][1]), *(f for f in froms if f[0] != own)]
-        sketches.extend(
-            Sketch(
-                select=select,
-                tables=tables,
-                keywords=chosen,
-                slots=pair_slots,
-                score=float(pair_scores[i] + from_score),
-            )
-            for tables, from_score in pair_froms
-        )
-    return sketches
+    return sketches + replaced
+
+
+def _repaired(
+    named: tuple[Schema, str],
+    said: frozenset[int],
+    select: frozenset[SelectItem],
+    chosen: frozenset[str],
+    pair_slots: Slots,
+) -> list[SketchParts]:
+    """A pair's SELECT, KEYWORDS and slots after the rules `rank` lists; where
+    `nearest_equals` moved a column, then also without that move (what it replaced, which
+    `rank` proposes after everything else)."""
+    schema, question = named
+    select, pair_slots = columns_of_named_tables(question, schema, select, pair_slots, said)
+    select, pair_slots = read_by_name(question, schema, select, pair_slots)
+    nearer = nearest_equals(schema, select, pair_slots)
+    starts = [nearer] if nearer == (select, pair_slots) else [nearer, (select, pair_slots)]
+    return [_spoken(question, schema, s, chosen, slots) for s, slots in starts]
+
+
+def _spoken(
+    question: str,
+    schema: Schema,
+    select: frozenset[SelectItem],
+    chosen: frozenset[str],
+    pair_slots: Slots,
+) -> SketchParts:
+    """The rules of `rank` that read what the question says, after the columns are placed."""
+    for repaired in (
+        counted_by_value(question, schema, select, chosen, pair_slots),
+        grouped_by_its_aggregate(question, schema, select, chosen, pair_slots),
+        ordered_by_a_quantity(question, schema, select, chosen, pair_slots),
+    ):
+        if repaired is not None:
+            select, chosen, pair_slots = repaired
+    pair_slots = spoken_order(question, schema, select, pair_slots)
+    group_by = pair_slots.group_by
+    spoken = (
+        spoken_aggregates(question, schema, select, group_by)
+        or spoken_select(question, schema, select, group_by)
+        or spoken_aggregate_of(question, schema, select)
+        or spoken_columns(question, schema, select)
+    )
+    select = spoken if spoken is not None else select
+    for regrouped in (
+        grouped_without_aggregate(question, select, chosen, pair_slots),
+        ordered_by_frequency(question, select, chosen, pair_slots),
+    ):
+        if regrouped is not None:
+            select, chosen, pair_slots = regrouped
+    chosen, pair_slots = spoken_age_order(question, schema, select, chosen, pair_slots)
+    return select, in_said_direction(question, chosen), pair_slots
 
 
 _cache: dict[tuple[str, str, int, str], Sketcher] = {}

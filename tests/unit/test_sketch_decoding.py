@@ -1183,3 +1183,36 @@ def test_nearest_equals_reads_a_keyed_column_one_join_nearer() -> None:
     shown, slots = nearest_equals(CAR_MODELS, far, grouped)
     assert shown == near
     assert slots.group_by == frozenset({3})
+
+
+def test_rank_proposes_what_nearest_equals_replaced_last() -> None:
+    # two pairs: model_list.model, then cars_data.horsepower; both ordered by horsepower
+    far = frozenset({SelectItem("", 1)})
+    power = frozenset({SelectItem("", 5)})
+    scores = SketchScores(
+        column_logits=np.full(
+            (len(CAR_MODELS.columns) + 1, COLUMN_OUTPUTS), -5.0, dtype=np.float32
+        ),
+        table_logits=np.zeros(len(CAR_MODELS.tables), dtype=np.float32),
+        question_logits=np.full(QUESTION_OUTPUTS, -5.0, dtype=np.float32),
+    )
+    ordered = frozenset({"order by", "limit"})
+    scores.column_logits[5 + 1, ORDER_BY_OUTPUTS.start] = 5.0  # ORDER BY horsepower
+    ranked = rank(
+        scores,
+        [(far, -0.1), (power, -0.2)],
+        [(ordered, -0.1)],
+        [(frozenset({2}), -0.5)],
+        None,
+        combine=True,
+        named=(CAR_MODELS, "Which model has the least horsepower?"),
+    )
+    near = frozenset({SelectItem("", 3)})
+    # each pair with its own FROM first, then the model's; what was moved, after all of them
+    assert [(s.select, set(s.tables)) for s in ranked] == [
+        (near, {1, 2}),
+        (near, {2}),
+        (power, {2}),
+        (far, {0, 1, 2}),
+        (far, {2}),
+    ]
