@@ -729,14 +729,32 @@ def read_by_name(
     and 2). Spider dev: the first sketch's SELECT right 775 -> 789 times of 1,034, execution
     accuracy 559 of 972 before and after (2 won; 2 lost where the gold query shows the ids of
     "the makers")."""
-    readable = readable_names(schema)
-    if not readable or _ASKS_FOR_ID.search(question):
+    if _ASKS_FOR_ID.search(question):
         return select, slots
-    moved = frozenset(
-        SelectItem("", readable.get(i.column, i.column)) if not i.aggregate else i for i in select
+    return _moved(select, slots, readable_names(schema))
+
+
+def _moved(
+    select: frozenset[SelectItem], slots: Slots, moves: Mapping[int, int]
+) -> tuple[frozenset[SelectItem], Slots]:
+    """`select`'s bare columns and GROUP BY with each column `moves` maps replaced by its
+    image; aggregates and the other slots as they are."""
+    if not moves:
+        return select, slots
+    items = frozenset(
+        SelectItem("", moves.get(i.column, i.column)) if not i.aggregate else i for i in select
     )
-    group_by = frozenset(readable.get(c, c) for c in slots.group_by)
-    return moved, replace(slots, group_by=group_by)
+    group_by = frozenset(moves.get(c, c) for c in slots.group_by)
+    return items, replace(slots, group_by=group_by)
+
+
+def _columns_used(select: frozenset[SelectItem], slots: Slots) -> set[int]:
+    """The columns (not `*`) a sketch's SELECT and slots read."""
+    return {
+        *(i.column for i in (*select, *slots.having, *slots.order_by)),
+        *(p.column for p in slots.where),
+        *slots.group_by,
+    } - {STAR}
 
 
 @functools.lru_cache(maxsize=64)
@@ -774,12 +792,7 @@ def nearest_equals(
     moved: dict[int, int] = {}
     shown = [i.column for i in select if not i.aggregate and i.column in equals]
     for column in shown:
-        used = {
-            *(i.column for i in (*select, *slots.having, *slots.order_by)),
-            *(p.column for p in slots.where),
-            *slots.group_by,
-        } - {STAR, column}
-        others = {schema.columns[c].table for c in used}
+        others = {schema.columns[c].table for c in _columns_used(select, slots) - {column}}
         if not others:
             continue
 
@@ -789,14 +802,7 @@ def nearest_equals(
         best = min(sorted(equals[column]), key=joins)
         if joins(best) < joins(column):
             moved[column] = best
-    if not moved:
-        return select, slots
-    items = frozenset(
-        SelectItem(i.aggregate, moved.get(i.column, i.column)) if not i.aggregate else i
-        for i in select
-    )
-    group_by = frozenset(moved.get(c, c) for c in slots.group_by)
-    return items, replace(slots, group_by=group_by)
+    return _moved(select, slots, moved)
 
 
 def columns_of_named_tables(
@@ -832,11 +838,7 @@ def columns_of_named_tables(
             moved[column] = same[0] if len(same) == 1 else column
         return moved[column]
 
-    used = {
-        *(i.column for i in (*select, *slots.having, *slots.order_by)),
-        *(p.column for p in slots.where),
-        *slots.group_by,
-    } - {STAR}
+    used = _columns_used(select, slots)
     for column in used:
         move(column)
     # A column alone in its table, where a table the other columns use has one of that name:
