@@ -141,6 +141,7 @@ from proxy.nl2sql.sketch import (
     SelectItem,
     Sketch,
     Slots,
+    plurals,
     said_direction,
     tables_named_in,
 )
@@ -1059,7 +1060,9 @@ _COUNTED = re.compile(
 def _counted_table(sketch: Sketch, schema: Schema, question: str) -> Sketch:
     """`count(*)` over a join, in a question that counts a table of that join ("how many dogs
     went through a treatment"), as `count(DISTINCT` that table's key`)`: a dog with three
-    treatments is one dog. The same number where the join does not repeat the table's rows.
+    treatments is one dog. The same number where the join does not repeat the table's rows. A
+    counted table the join leaves out, said in the plural, is counted by the one key of the join
+    that references it (`_referencing`).
     Only for a table with a one-column primary key, and not with GROUP BY or HAVING."""
     match = _COUNTED.search(question)
     if (
@@ -1075,20 +1078,48 @@ def _counted_table(sketch: Sketch, schema: Schema, question: str) -> Sketch:
         *(i.column for i in sketch.slots.order_by if i.column != STAR),
     ]
     tables = {*sketch.tables, *(schema.columns[c].table for c in columns)}
-    if len(tables) < 2:
-        return sketch
-    counted = tables & tables_named_in("of " + match[1], schema)
-    if len(counted) != 1:
-        return sketch
-    (table,) = counted
-    keys = schema.primary_key(table)
-    if len(keys) != 1:
+    named = tables_named_in("of " + match[1], schema)
+    counted = tables & named
+    if len(counted) == 1 and len(tables) > 1:
+        (table,) = counted
+        keys = schema.primary_key(table)
+        key = keys[0] if len(keys) == 1 else None
+    elif not counted and len(named) == 1 and _said_in_plural(match[1], schema, *named):
+        key = _referencing(schema, tables, *named)
+    else:
+        key = None
+    if key is None:
         return sketch
     return replace(
         sketch,
-        select=frozenset({SelectItem("count", keys[0])}),
+        select=frozenset({SelectItem("count", key)}),
         keywords=sketch.keywords | {"distinct"},
     )
+
+
+def _said_in_plural(phrase: str, schema: Schema, table: int) -> bool:
+    """Whether `phrase` says the last word of `table`'s name in the plural (as `dogs` names
+    it, or as `concert` would be "concerts"): what is counted ("how many dogs"), not a word that
+    describes it ("concert appearances")."""
+    last = schema.tables[table].label.lower().split()[-1]
+    return any(
+        word in (last, *plurals(last)) and word.endswith("s") for word in phrase.lower().split()
+    )
+
+
+def _referencing(schema: Schema, tables: set[int], table: int) -> int | None:
+    """The one column of `tables` that references `table`'s one-column primary key: how a
+    join that leaves the counted table out ("how many dogs went through a treatment" reads
+    treatments alone) still counts its rows (`count(DISTINCT treatments.dog_id)`)."""
+    keys = schema.primary_key(table)
+    if len(keys) != 1:
+        return None
+    found = {
+        key.column
+        for key in (*schema.foreign_keys, *implicit_keys(schema))
+        if key.referenced == keys[0] and schema.columns[key.column].table in tables
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 _PEOPLE = re.compile(r"\bhow many (?:people|persons|inhabitants|residents)\b", re.IGNORECASE)

@@ -606,6 +606,27 @@ CASES = (
         " JOIN singer_in_concert AS t2 ON t1.singer_id = t2.singer_id",
     ),
     Case(
+        "How many singers sang in a concert of 2014? (singer left out: its key counts it)",
+        ("count(*)",),
+        ("singer_in_concert", "concert"),
+        "SELECT count(DISTINCT t2.singer_id) FROM concert AS t1"
+        " JOIN singer_in_concert AS t2 ON t1.concert_id = t2.concert_id WHERE t1.year = 2014",
+        keywords=("where",),
+        where=(("concert.year", "="),),
+    ),
+    Case(
+        "How many singers sang? (a table named in the plural is counted by its key)",
+        ("count(*)",),
+        ("singer_in_concert",),
+        "SELECT count(DISTINCT singer_id) FROM singer_in_concert",
+    ),
+    Case(
+        "How many concert appearances did singers make? (a singular name counts no table)",
+        ("count(*)",),
+        ("singer_in_concert",),
+        "SELECT count(*) FROM singer_in_concert",
+    ),
+    Case(
         "Count the number of concert appearances of singers (no table counted)",
         ("count(*)",),
         ("singer", "singer_in_concert"),
