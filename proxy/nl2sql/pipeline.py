@@ -760,7 +760,9 @@ class _Run:
         """The `values` stage: the question's typed literals, then, for each WHERE predicate
         that wants a string the question does not quote, the value of the database the question
         names best: in the predicate's own column, else in another text column of the sketch's
-        tables (the predicate moves there), else anywhere in the database (likewise). A
+        tables or of a table the question names ("how many countries have governments that are
+        republics" finds 'Republic' in country.governmentform where the sketch read only
+        countrylanguage; the predicate moves there), else anywhere in the database (likewise). A
         predicate on a number column that a quoted string cannot fill ("abbreviation 'UAL'"
         given to `flights.airline`) moves to the text column holding that string; a FROM table
         only a moved predicate had named goes (`without_left_tables`). Look-ups are made once
@@ -777,6 +779,7 @@ class _Run:
         wanted_tables = {
             *sketch.tables,
             *(schema.columns[predicates[i].column].table for i in wanting),
+            *tables_named_in(self.question, schema),
         }
         names = tuple(sorted(schema.tables[t].name for t in wanted_tables))
         bound: list[Literal] = []

@@ -209,6 +209,36 @@ def test_a_quoted_string_moves_a_predicate_off_a_number_column(flights: str) -> 
     assert answer.rows == [("United Airlines",)], answer.candidates
 
 
+@pytest.fixture(scope="module")
+def world(postgres: Postgres) -> Iterator[str]:
+    """Spider's world_1: country, city and countrylanguage, keyed by country code."""
+    report = load_database(postgres.dsn(dbname="postgres"), "world_1")
+    try:
+        with psycopg.connect(report.dsn, autocommit=True) as conn:
+            migrate(conn)
+            build_index(conn, load_embedder(), progress=False)
+        yield report.dsn
+    finally:
+        with psycopg.connect(postgres.dsn(dbname="postgres"), autocommit=True) as admin:
+            admin.execute("DROP DATABASE IF EXISTS spider_world_1 WITH (FORCE)")
+
+
+def test_values_stage_looks_in_the_tables_the_question_names(world: str) -> None:
+    # the sketch reads countrylanguage alone (its language column for "republics"); the
+    # question names countries, and country.governmentform holds 'Republic'
+    with psycopg.connect(world) as conn:
+        conn.read_only = True
+        answer = load_pipeline(settings()).answer(
+            "How many countries have governments that are republics?", PsycopgDatabase(conn)
+        )
+    values = [row for row in answer.trace if row.stage == "values"]
+    assert values and "-> country.governmentform" in values[0].calibration, answer.trace
+    assert answer.sql is not None and "governmentform = 'Republic'" in answer.sql
+    assert answer.rows == rows_of(world, answer.sql)
+    expected = rows_of(world, "SELECT count(*) FROM country WHERE governmentform = 'Republic'")
+    assert answer.rows == expected
+
+
 def test_schema_is_cached_until_ddl_changes_it(
     university: str, conn: psycopg.Connection[Any]
 ) -> None:
