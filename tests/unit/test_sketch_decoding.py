@@ -1221,3 +1221,26 @@ def test_rank_proposes_what_nearest_equals_replaced_last() -> None:
         (far, {0, 1, 2}),
         (far, {2}),
     ]
+
+
+def test_a_bridge_keyed_by_one_of_its_references_is_no_entity_of_it() -> None:
+    # Spider's tables.json gives course_arrange the key course_id alone; its keys reference
+    # course and teacher, so it is a bridge between two entities, and "the names of teachers
+    # and how many courses they teach" reads teacher and course_arrange, not course
+    courses = Schema(
+        "course_teach",
+        (Table("course"), Table("teacher"), Table("course_arrange")),
+        (
+            Column(0, "course_id", "number", primary_key=True),
+            Column(0, "course"),
+            Column(1, "teacher_id", "number", primary_key=True),
+            Column(1, "name"),
+            Column(2, "course_id", "number", primary_key=True),
+            Column(2, "teacher_id", "number"),
+        ),
+        (ForeignKey(column=4, referenced=0), ForeignKey(column=5, referenced=2)),
+    )
+    everything = frozenset({0, 1, 2})
+    assert without_unused_lookups(courses, everything, [3]) == frozenset({1, 2})
+    # read from, course stays
+    assert without_unused_lookups(courses, everything, [1, 3]) == everything
