@@ -5,6 +5,7 @@ the LLM, and that generated SQL never wrote."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from importlib import resources
@@ -181,10 +182,10 @@ def test_a_condition_with_no_value_is_left_out_with_a_notice(
     assert answer.rows == rows_of(university, answer.sql) and answer.rows
 
 
-@pytest.fixture(scope="module")
-def flights(postgres: Postgres) -> Iterator[str]:
-    """Spider's flight_2, whose flights.airline is a number that keys airlines."""
-    report = load_database(postgres.dsn(dbname="postgres"), "flight_2")
+@contextlib.contextmanager
+def spider_database(postgres: Postgres, db_id: str) -> Iterator[str]:
+    """A Spider database loaded, migrated and indexed; its DSN, dropped afterwards."""
+    report = load_database(postgres.dsn(dbname="postgres"), db_id)
     try:
         with psycopg.connect(report.dsn, autocommit=True) as conn:
             migrate(conn)
@@ -192,7 +193,14 @@ def flights(postgres: Postgres) -> Iterator[str]:
         yield report.dsn
     finally:
         with psycopg.connect(postgres.dsn(dbname="postgres"), autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS spider_flight_2 WITH (FORCE)")
+            admin.execute(f"DROP DATABASE IF EXISTS spider_{db_id} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def flights(postgres: Postgres) -> Iterator[str]:
+    """Spider's flight_2, whose flights.airline is a number that keys airlines."""
+    with spider_database(postgres, "flight_2") as dsn:
+        yield dsn
 
 
 def test_a_quoted_string_moves_a_predicate_off_a_number_column(flights: str) -> None:
@@ -212,15 +220,8 @@ def test_a_quoted_string_moves_a_predicate_off_a_number_column(flights: str) -> 
 @pytest.fixture(scope="module")
 def world(postgres: Postgres) -> Iterator[str]:
     """Spider's world_1: country, city and countrylanguage, keyed by country code."""
-    report = load_database(postgres.dsn(dbname="postgres"), "world_1")
-    try:
-        with psycopg.connect(report.dsn, autocommit=True) as conn:
-            migrate(conn)
-            build_index(conn, load_embedder(), progress=False)
-        yield report.dsn
-    finally:
-        with psycopg.connect(postgres.dsn(dbname="postgres"), autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS spider_world_1 WITH (FORCE)")
+    with spider_database(postgres, "world_1") as dsn:
+        yield dsn
 
 
 def test_values_stage_looks_in_the_tables_the_question_names(world: str) -> None:
