@@ -131,7 +131,14 @@ from dataclasses import dataclass, field, replace
 from pglast import ast, keywords, parse_sql
 from pglast.parser import ParseError
 
-from proxy.nl2sql.joins import JoinError, JoinStep, implicit_keys, join_tree, links
+from proxy.nl2sql.joins import (
+    JoinError,
+    JoinStep,
+    implicit_keys,
+    join_tree,
+    links,
+    references_to,
+)
 from proxy.nl2sql.schema import Column, Schema
 from proxy.nl2sql.sketch import (
     AGGREGATES,
@@ -1111,14 +1118,7 @@ def _referencing(schema: Schema, tables: set[int], table: int) -> int | None:
     """The one column of `tables` that references `table`'s one-column primary key: how a
     join that leaves the counted table out ("how many dogs went through a treatment" reads
     treatments alone) still counts its rows (`count(DISTINCT treatments.dog_id)`)."""
-    keys = schema.primary_key(table)
-    if len(keys) != 1:
-        return None
-    found = {
-        key.column
-        for key in (*schema.foreign_keys, *implicit_keys(schema))
-        if key.referenced == keys[0] and schema.columns[key.column].table in tables
-    }
+    found = {c for c in references_to(schema, table) if schema.columns[c].table in tables}
     return found.pop() if len(found) == 1 else None
 
 

@@ -299,6 +299,19 @@ def join_tree(schema: Schema, tables: Iterable[int]) -> list[JoinStep]:
     return order
 
 
+def references_to(schema: Schema, table: int) -> frozenset[int]:
+    """The columns whose keys (declared or `implicit_keys`) reference `table`'s one-column
+    primary key; none where that key has more columns or there is none."""
+    keys = schema.primary_key(table)
+    if len(keys) != 1:
+        return frozenset()
+    return frozenset(
+        key.column
+        for key in (*schema.foreign_keys, *implicit_keys(schema))
+        if key.referenced == keys[0]
+    )
+
+
 def connected(schema: Schema, tables: Iterable[int]) -> frozenset[int]:
     """`tables` and the intermediate tables that join them (`join_tree`); `tables` as they are
     where no key path joins them (completion then says so)."""

@@ -67,7 +67,7 @@ from proxy.nl2sql.complete_plm import (
     set_operation,
 )
 from proxy.nl2sql.database import Database
-from proxy.nl2sql.joins import implicit_keys
+from proxy.nl2sql.joins import references_to
 from proxy.nl2sql.llm import LLMError
 from proxy.nl2sql.prompts import (
     Message,
@@ -283,11 +283,7 @@ def anti_join(sketch: Sketch, schema: Schema, question: str) -> Sketch | None:
     keys = schema.primary_key(table)
     if len(keys) != 1:
         return None
-    related = {
-        schema.columns[k.column].table
-        for k in (*schema.foreign_keys, *implicit_keys(schema))
-        if k.referenced == keys[0] and schema.columns[k.column].table != table
-    }
+    related = {schema.columns[c].table for c in references_to(schema, table)} - {table}
     if not related & tables_named_in("of " + after, schema):
         return None
     return replace(
