@@ -48,6 +48,7 @@ from proxy.nl2sql.sketch import (
     merge_windows,
     named_tables,
     nearest_equals,
+    one_nested_condition,
     ordered_by_a_quantity,
     ordered_by_frequency,
     read_by_name,
@@ -299,6 +300,7 @@ def _repaired(
     `nearest_equals` moved a column, then also without that move (what it replaced, which
     `rank` proposes after everything else)."""
     schema, question = named
+    pair_slots = one_nested_condition(schema, select, pair_slots)
     select, pair_slots = columns_of_named_tables(question, schema, select, pair_slots, said)
     select, pair_slots = read_by_name(question, schema, select, pair_slots)
     nearer = nearest_equals(schema, select, pair_slots)

@@ -48,6 +48,7 @@ from proxy.nl2sql.sketch import (
     named_tables,
     names_table,
     nearest_equals,
+    one_nested_condition,
     ordered_by_a_quantity,
     ordered_by_frequency,
     read_by_name,
@@ -1244,3 +1245,39 @@ def test_a_bridge_keyed_by_one_of_its_references_is_no_entity_of_it() -> None:
     assert without_unused_lookups(courses, everything, [3]) == frozenset({1, 2})
     # read from, course stays
     assert without_unused_lookups(courses, everything, [1, 3]) == everything
+
+
+PETS = Schema(
+    "pets",
+    (Table("student"), Table("has_pet"), Table("pets")),
+    (
+        Column(0, "stuid", "integer", primary_key=True),
+        Column(0, "major"),
+        Column(0, "age", "integer"),
+        Column(1, "stuid", "integer"),
+        Column(1, "petid", "integer"),
+        Column(2, "petid", "integer", primary_key=True),
+        Column(2, "pettype"),
+    ),
+    (ForeignKey(column=3, referenced=0), ForeignKey(column=4, referenced=5)),
+)
+
+
+def test_one_nested_condition_keeps_the_one_on_the_table_the_sketch_reads() -> None:
+    # "the major and age of every student who does not own a cat": student.stuid NOT IN (...),
+    # and has_pet.stuid NOT IN (...) beside it is the subquery's own column, the same condition
+    shown = frozenset({SelectItem("", 1), SelectItem("", 2)})
+    outer, inner = Predicate(0, "not in", nested=True), Predicate(3, "not in", nested=True)
+    assert one_nested_condition(PETS, shown, Slots(where=(inner, outer))) == Slots(where=(outer,))
+    assert one_nested_condition(PETS, shown, Slots(where=(outer, inner))) == Slots(where=(outer,))
+    # read from neither table: the first stays
+    counted = frozenset({SelectItem("count", STAR)})
+    assert one_nested_condition(PETS, counted, Slots(where=(inner, outer))) == Slots(where=(inner,))
+    # other operators, conditions that are not nested, unrelated columns: as they are
+    for where in (
+        (outer, Predicate(3, "in", nested=True)),
+        (outer, Predicate(3, "not in")),
+        (outer, Predicate(4, "not in", nested=True)),
+        (Predicate(2, ">"), inner),
+    ):
+        assert one_nested_condition(PETS, shown, Slots(where=where)) == Slots(where=where)
