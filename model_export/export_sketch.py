@@ -335,6 +335,13 @@ def history(workdir: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
 
 
+def training_command(workdir: Path, single_run: str) -> str:
+    """The command that trained the weights in `workdir`: the one its config.json records (a
+    recipe's), else `single_run`."""
+    command = run_record(workdir).get("config", {}).get("command")
+    return command if isinstance(command, str) else single_run
+
+
 def run_record(workdir: Path) -> dict[str, Any]:
     """What a workdir says of the weights in it, for the manifest: `config`, the training run's
     settings (`config.json`; with `--init`, the history of the run it continued), and
@@ -518,7 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 },
                 "max_length": 256,
                 "training": {
-                    "command": "python -m model_export.train_sketch",
+                    "command": training_command(
+                        args.sketch_workdir, "python -m model_export.train_sketch"
+                    ),
                     "history": history(args.sketch_workdir),
                     **run_record(args.sketch_workdir),
                 },

@@ -1,0 +1,81 @@
+"""The sketch model's recipe (`train_sketch --recipe`): stages run in turn, each from the weights of
+the one before, a finished stage is not trained again, and the last stage's weights and every
+stage's epochs end up where `export_sketch` reads them, with the command that made them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from model_export.export_sketch import training_command
+from model_export.train_sketch import SHIPPED_RECIPE, Stage, run_recipe
+
+STAGES = (
+    Stage(epochs=2, lr=1e-3, head_lr=1e-2, seed=1),
+    Stage(epochs=1, lr=1e-4, head_lr=1e-3, seed=2),
+)
+
+
+class _Trainer:
+    """Stands in for a training run: writes what a finished run leaves in its workdir (a
+    model.pt that names its stage and where it started from, and history.json), and records
+    each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Stage, Path, Path | None]] = []
+
+    def __call__(self, stage: Stage, workdir: Path, init: Path | None) -> None:
+        self.calls.append((stage, workdir, init))
+        workdir.mkdir(parents=True)
+        start = init.read_text(encoding="utf-8") if init is not None else "base"
+        (workdir / "model.pt").write_text(f"{start} -> seed {stage.seed}", encoding="utf-8")
+        history = [
+            {"epoch": e + 1, "dev_top1": {"select": stage.seed}} for e in range(stage.epochs)
+        ]
+        (workdir / "history.json").write_text(json.dumps(history), encoding="utf-8")
+
+
+def test_each_stage_starts_from_the_one_before(tmp_path: Path) -> None:
+    trainer = _Trainer()
+    history = run_recipe(STAGES, tmp_path, trainer)
+    assert trainer.calls == [
+        (STAGES[0], tmp_path / "stage-1", None),
+        (STAGES[1], tmp_path / "stage-2", tmp_path / "stage-1" / "model.pt"),
+    ]
+    assert (tmp_path / "model.pt").read_text(encoding="utf-8") == "base -> seed 1 -> seed 2"
+    assert [(entry["stage"], entry["epoch"]) for entry in history] == [(1, 1), (1, 2), (2, 1)]
+    assert json.loads((tmp_path / "history.json").read_text(encoding="utf-8")) == history
+
+
+def test_a_finished_stage_is_kept(tmp_path: Path) -> None:
+    first = _Trainer()
+    run_recipe(STAGES[:1], tmp_path, first)
+    again = _Trainer()
+    run_recipe(STAGES, tmp_path, again)
+    assert [call[0] for call in again.calls] == [STAGES[1]]
+    assert (tmp_path / "model.pt").read_text(encoding="utf-8") == "base -> seed 1 -> seed 2"
+
+
+def test_an_empty_recipe_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least one stage"):
+        run_recipe((), tmp_path, _Trainer())
+
+
+def test_the_manifest_names_the_command_that_trained_the_weights(tmp_path: Path) -> None:
+    single = "python -m model_export.train_sketch"
+    assert training_command(tmp_path, single) == single
+    (tmp_path / "config.json").write_text(
+        json.dumps({"command": f"{single} --recipe"}), encoding="utf-8"
+    )
+    assert training_command(tmp_path, single) == f"{single} --recipe"
+
+
+def test_a_recipe_starts_from_the_base_model(capsys: pytest.CaptureFixture[str]) -> None:
+    from model_export.train_sketch import main
+
+    assert SHIPPED_RECIPE
+    with pytest.raises(SystemExit):
+        main(["--recipe", "--init", "model.pt"])
+    assert "leave out --init" in capsys.readouterr().err
