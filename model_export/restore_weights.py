@@ -100,13 +100,17 @@ def _module_path(output: str) -> str:
 
 def onnx_weights(path: Path) -> Arrays:
     """The PyTorch state-dict entries an exported graph holds, by their PyTorch names: named
-    initializers as they are, MatMul weights under the module they were traced in (transposed
-    back), the fused attention's packed query/key/value split again."""
+    initializers as they are, MatMul weights under the module they were traced in and a
+    quantized Gemm's `<name>_Transposed` weight under `<name>` (both transposed back), the fused
+    attention's packed query/key/value split again."""
     import onnx
 
     graph = onnx.load(str(path)).graph
     values = _initializers(graph)
     weights: Arrays = {name: array for name, array in values.items() if "." in name}
+    for name, array in values.items():  # a Gemm's weight, transposed before it was quantized
+        if name.endswith(".weight_Transposed"):
+            weights[name.removesuffix("_Transposed")] = np.ascontiguousarray(array.T)
     for node in graph.node:
         operand = node.input[1].removesuffix("_quantized") if len(node.input) > 1 else ""
         if node.op_type in ("MatMul", "MatMulInteger") and operand in values:

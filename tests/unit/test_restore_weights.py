@@ -46,11 +46,12 @@ def test_restored_models_compute_what_the_shipped_ones_do() -> None:
     sketch.eval()
     aligner.eval()
     sketch_worst, aligner_worst = largest_differences(sketch, aligner, SHIPPED_MODELS_DIR, 8)
-    # the sketch model ships with float16 weights, computed in float32 on both sides
-    assert sketch_worst < 1e-3
-    # the aligner ships in int8: onnxruntime quantizes its activations, PyTorch does not; a
-    # weight in the wrong place would be off by much of the logits' range (-10.7 to 3.6 on dev)
-    assert aligner_worst < 2.0
+    # float16 weights compute in float32 on both sides; in int8 (and int8 mixed) onnxruntime
+    # quantizes the activations and PyTorch does not. A weight in the wrong place would be off
+    # by much of the logits' range (-10.7 to 3.6 on dev)
+    tolerance = {"float16 weights": 1e-3, "int8 mixed": 2.0, "int8": 2.0}
+    assert sketch_worst < tolerance[entries["sketch"]["shipped_form"]]
+    assert aligner_worst < tolerance[entries["aligner"]["shipped_form"]]
 
 
 def test_a_graph_without_a_weight_is_refused(tmp_path: Path) -> None:
