@@ -815,7 +815,9 @@ def one_nested_condition(schema: Schema, select: frozenset[SelectItem], slots: S
     has_pet.stuid NOT IN (...), the second the subquery's own column) are one condition. The
     one on a table the rest of the sketch reads stays, else the first.
 
-    Spider train's gold queries never hold such a pair (0 of 6,936), nor dev's."""
+    Spider train's gold queries never hold such a pair (0 of 6,936), nor dev's. Spider dev, the
+    first sketch: FROM right 2 more times of 1,034 (none fewer) with the sketch model after the
+    third stage of its recipe; no change with the first stage's."""
     equals = equal_columns(schema)
     nested = [p for p in slots.where if p.nested]
     dropped: set[Predicate] = set()
