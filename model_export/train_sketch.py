@@ -36,7 +36,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -279,9 +279,8 @@ def train_recipe(
         train(stage_args, train_examples, dev)
 
     run_recipe(stages, args.workdir, train_stage)
-    settings: dict[str, Any] = {
-        k: str(v) for k, v in vars(args).items() if k not in ("epochs", "lr", "head_lr", "seed")
-    }
+    per_stage = {f.name for f in fields(Stage)}
+    settings: dict[str, Any] = {k: str(v) for k, v in vars(args).items() if k not in per_stage}
     settings["command"] = RECIPE_COMMAND
     settings["stages"] = [asdict(stage) for stage in stages]
     (args.workdir / "config.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")

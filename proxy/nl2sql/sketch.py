@@ -820,6 +820,7 @@ def one_nested_condition(schema: Schema, select: frozenset[SelectItem], slots: S
     third stage of its recipe; no change with the first stage's."""
     equals = equal_columns(schema)
     nested = [p for p in slots.where if p.nested]
+    used = _columns_used(select, slots)
     dropped: set[Predicate] = set()
     for n, first in enumerate(nested):
         for second in nested[n + 1 :]:
@@ -827,7 +828,7 @@ def one_nested_condition(schema: Schema, select: frozenset[SelectItem], slots: S
                 continue
             if second.column not in equals.get(first.column, frozenset()):
                 continue
-            rest = _columns_used(select, slots) - {first.column, second.column}
+            rest = used - {first.column, second.column}
             read = {schema.columns[c].table for c in rest}
             second_read = schema.columns[second.column].table in read
             first_read = schema.columns[first.column].table in read
