@@ -247,11 +247,13 @@ def question_literals(question: str) -> list[Literal]:
 class CompletionError(ValueError):
     """A sketch that cannot be made into SQL. `.reason` is a short category ("tables not
     connected", "no value", "no foreign key for IN", "no table", "unsupported item",
-    "unparsable"); the message adds the detail."""
+    "unparsable"); the message adds the detail. `column`: for "no value" in WHERE, the column
+    of the predicate that found none."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    def __init__(self, reason: str, detail: str = "", *, column: int | None = None) -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+        self.column = column
 
 
 # --- identifiers and constants -----------------------------------------------------------------
@@ -686,7 +688,9 @@ def _where_clause(query: _Query) -> str:
             implied = _compared_with_average(query.question, predicate, target)
             if implied is None:
                 raise CompletionError(
-                    "no value", f"{schema.qualified(predicate.column)} {predicate.operator}"
+                    "no value",
+                    f"{schema.qualified(predicate.column)} {predicate.operator}",
+                    column=predicate.column,
                 )
             whole = _whole_table(writer, "avg", predicate.column)
             conditions.append(f"{name} {implied} {whole}")

@@ -8,7 +8,8 @@ ZeroNL2SQL's Algorithm 2 as a declared sequence of stages (`STAGES`), each timed
     sketch     ranked sketches: the sketch model's top-k SELECT x KEYWORDS x FROM, re-ranked by
                the aligner (`Sketcher`)
     values     (PLM-only) the values of each WHERE column that the question names unquoted,
-               found in the value index ("singers from france" -> 'France')
+               found in the value index ("singers from france" -> 'France'); a quoted string
+               goes to the condition whose column holds it, or moves one there
     complete   the sketch made into SQL: by the LLM when one is configured, else by PLM-only
                completion (`complete_plm`); an LLM that fails is not asked again for this
                question, and PLM-only completion takes over, with a NOTICE
@@ -23,7 +24,8 @@ Candidates are tried best sketch first ([pipeline] max_candidates of them, dupli
 The first whose result is non-empty and not all NULL, whose SQL holds every value the question
 typed (quoted strings, numbers) and shows more than the value its WHERE sets, is chosen
 ("answered"), else the first with such a result; else, PLM-only, the sketches that failed for
-want of a WHERE value are tried again without WHERE (answered, with a NOTICE); else the first
+want of a WHERE value are tried again without the conditions that found none, then without
+WHERE (answered, with a NOTICE naming what was left out); else the first
 that ran ("fallback", with a NOTICE saying so); when none ran, an `AnswerError` (SQLSTATE
 NL001) that shows the last SQL tried.
 
@@ -200,6 +202,7 @@ class _Candidate:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     conversation: list[Message] = field(default_factory=list)
     unfilled: bool = False  # PLM-only completion found no value for a WHERE predicate
+    unvalued: int | None = None  # the column of that predicate, where the completion named it
 
 
 def _tables_named_by(sketch: Sketch, schema: Schema) -> frozenset[int]:
@@ -420,6 +423,7 @@ class _Run:
         self._numbers: dict[ColumnRef, int] | None = None
         self._names: set[str] | None = None
         self._samples: dict[int, list[str]] = {}
+        self._holds: dict[tuple[int, str], bool] = {}  # (column, quoted string) -> held there
         self._typed = question_literals(question)
         self._last_error = ""
 
@@ -550,21 +554,22 @@ class _Run:
         for candidate in unfilled:
             # No candidate answered, and these had a WHERE condition the question gave no
             # value for ("Show all the grades of the high schoolers" under a sketch that filters
-            # them): without their conditions, the first that answers is chosen, with a NOTICE.
-            relaxed = _Candidate(candidate.number, _without_where(candidate.sketch))
-            if not self._complete(relaxed) or relaxed.sql in tried:
-                continue
-            tried.add(relaxed.sql)
-            if not self._check(relaxed):
-                continue
-            self._calibrate(relaxed)
-            if _has_values(relaxed.rows):
-                self._choose(relaxed, "answered")
-                self.notice(
-                    "pgnl: the question names no value for a condition its sketch asked for "
-                    f"({candidate.sketch.keywords_text()}); the condition is left out"
-                )
-                return
+            # them): without those conditions (then without any), the first that answers is
+            # chosen, with a NOTICE.
+            for relaxed, left_out in self._relaxed(candidate):
+                if relaxed.sql in tried:
+                    continue
+                tried.add(relaxed.sql)
+                if not self._check(relaxed):
+                    continue
+                self._calibrate(relaxed)
+                if _has_values(relaxed.rows):
+                    self._choose(relaxed, "answered")
+                    self.notice(
+                        "pgnl: the question names no value for a condition its sketch asked "
+                        f"for ({left_out}); the condition is left out"
+                    )
+                    return
         if fallback is not None:
             self._choose(fallback, "fallback")
             self.notice(
@@ -581,6 +586,38 @@ class _Run:
             "or write the SQL; -- nl explain: shows every candidate",
             detail=f"last SQL tried: {last}" if last else "",
         )
+
+    def _relaxed(self, candidate: _Candidate) -> Iterator[tuple[_Candidate, str]]:
+        """The unfilled candidate completed without the WHERE conditions it found no value for,
+        each with the conditions left out: first without only those its completion named, one
+        at a time, while a condition with a value stays ("the weekly rank for the episode "A
+        Love of a Lifetime"" under a sketch that also filters tv_series.channel: the episode's
+        condition stays, with FROM tables only the left-out conditions named gone), then
+        without any WHERE condition."""
+        schema = self._schema
+        sketch = candidate.sketch
+        left_out: list[str] = []
+        column = candidate.unvalued
+        while column is not None:
+            where = sketch.slots.where
+            position = next(
+                (i for i, p in enumerate(where) if p.column == column and not p.nested), None
+            )
+            if position is None or len(where) == 1:
+                break
+            left_out.append(f"{schema.qualified(column)} {where[position].operator}")
+            kept = replace(
+                sketch, slots=replace(sketch.slots, where=where[:position] + where[position + 1 :])
+            )
+            sketch = without_left_tables(kept, sketch, schema, self.question)
+            narrower = _Candidate(candidate.number, sketch)
+            if self._complete(narrower):
+                yield narrower, ", ".join(left_out)
+                break
+            column = narrower.unvalued if narrower.unfilled else None
+        relaxed = _Candidate(candidate.number, _without_where(candidate.sketch))
+        if self._complete(relaxed):
+            yield relaxed, candidate.sketch.keywords_text()
 
     def _uses_every_literal(self, candidate: _Candidate) -> bool:
         """Whether the candidate's SQL holds every value the question typed: each quoted string
@@ -635,6 +672,7 @@ class _Run:
                 if exc.reason != "tables not connected" or narrower is None:
                     step.outcome = f"no SQL: {exc.reason}"
                     candidate.unfilled = exc.reason == "no value" and "HAVING" not in str(exc)
+                    candidate.unvalued = exc.column
                     return False
                 # A FROM table no column names, that no key joins to the others: leave it out.
                 try:
@@ -783,6 +821,7 @@ class _Run:
             try:
                 nearby = self._named_values(names)
                 anywhere = None if nearby else self._named_values(None)
+                pins = self._pinned(predicates, wanting)
             except ValueIndexError as exc:
                 self._no_index(exc)
                 step.outcome = "no value index"
@@ -792,12 +831,55 @@ class _Run:
                     raise
                 step.outcome = f"look-up failed: {_one_line(str(exc))}"
                 return self._typed
-            taken = {str(t.value).casefold() for t in typed}
-            unplaced = set(taken)  # quoted strings no predicate has been moved to yet
-            free = len(typed)  # quoted strings not yet spoken for
             moves: list[str] = []
+            for n, literal in enumerate(self._typed):
+                # a quoted string no wanting column holds, that the value index finds in another
+                # text column: the first text predicate free for it moves there (calibration
+                # would move its value there later), so that no other predicate is given a
+                # second value of that column
+                text = str(literal.value).casefold()
+                if literal.kind != "string" or n in pins:
+                    continue
+                holder = next(
+                    (
+                        c
+                        for c in nearby or anywhere or []
+                        if c.value.casefold() == text
+                        and self._is_text(self._column_numbers[c.column])
+                    ),
+                    None,
+                )
+                first = next(
+                    (
+                        i
+                        for i in wanting
+                        if i not in pins.values() and self._is_text(predicates[i].column)
+                    ),
+                    None,
+                )
+                if holder is None or first is None:
+                    continue
+                column = self._column_numbers[holder.column]
+                if column != predicates[first].column:
+                    moves.append(
+                        f"{schema.qualified(predicates[first].column)} -> "
+                        f"{schema.qualified(column)}"
+                    )
+                    predicates[first] = replace(predicates[first], column=column)
+                pins[n] = first
+            pinned = set(pins.values())
+            taken = {str(t.value).casefold() for t in typed}
+            # quoted strings no predicate has been moved to (or holds) yet
+            unplaced = {
+                str(t.value).casefold()
+                for n, t in enumerate(self._typed)
+                if t.kind == "string" and n not in pins
+            }
+            free = len(typed) - len(pins)  # quoted strings not yet spoken for
             # predicates on number columns first: the quoted strings they can move to
             for i in sorted(wanting, key=lambda i: self._is_text(predicates[i].column)):
+                if i in pinned:
+                    continue
                 predicate = predicates[i]
                 home = schema.columns[predicate.column].table
                 if free and self._is_text(predicate.column):
@@ -817,7 +899,19 @@ class _Run:
                     unplaced.discard(holder.value.casefold())
                     free -= 1
                     continue
-                pool = [c for c in (nearby or anywhere or []) if c.value.casefold() not in taken]
+                equal = {
+                    p.column
+                    for j, p in enumerate(predicates)
+                    if j != i and p.operator == "=" and not p.nested
+                }
+                pool = [
+                    c
+                    for c in (nearby or anywhere or [])
+                    if c.value.casefold() not in taken
+                    # a column another condition already equals a value cannot equal a second
+                    # ("title = 'The Rise of the Blue Beetle!' AND title = 'Fall of ...'")
+                    and (sketch.slots.where_or or self._column_numbers[c.column] not in equal)
+                ]
                 own = [c for c in pool if self._column_numbers[c.column] == predicate.column]
                 others = sorted(
                     (c for c in pool if self._is_text(self._column_numbers[c.column])),
@@ -861,7 +955,34 @@ class _Run:
         if moves:
             moved = replace(sketch, slots=replace(sketch.slots, where=tuple(predicates)))
             candidate.sketch = without_left_tables(moved, sketch, schema, self.question)
-        return [*self._typed, *bound]
+        literals = [
+            replace(t, column=predicates[pins[n]].column) if n in pins else t
+            for n, t in enumerate(self._typed)
+        ]
+        return [*literals, *bound]
+
+    def _pinned(self, predicates: Sequence[Predicate], wanting: Sequence[int]) -> dict[int, int]:
+        """The quoted strings that a wanting predicate's text column holds word for word, each
+        with that predicate (the first that holds it; one string a predicate): index in the
+        question's literals -> index in `predicates`. "What is the weekly rank for the episode
+        "A Love of a Lifetime"" under a sketch filtering tv_series.channel and then
+        tv_series.episode gives the title to episode, not to the first text condition."""
+        assert self.index is not None
+        pins: dict[int, int] = {}
+        for n, literal in enumerate(self._typed):
+            if literal.kind != "string":
+                continue
+            for i in wanting:
+                column = predicates[i].column
+                if i in pins.values() or not self._is_text(column):
+                    continue
+                key = (column, str(literal.value))
+                if key not in self._holds:
+                    self._holds[key] = self.index.contains(self._column_ref(column), key[1])
+                if self._holds[key]:
+                    pins[n] = i
+                    break
+        return pins
 
     def _guess_value(self, column: int, taken: set[str]) -> Candidate | None:
         """For a text column none of whose values the question names word for word: a code the

@@ -244,6 +244,45 @@ def test_values_stage_looks_in_the_tables_the_question_names(world: str) -> None
     # whole answers are measured by benchmarks.execution_accuracy
 
 
+@pytest.fixture(scope="module")
+def tvshow(postgres: Postgres) -> Iterator[str]:
+    """Spider's tvshow: tv_channel, and tv_series and cartoon that reference it by a text key."""
+    with spider_database(postgres, "tvshow") as dsn:
+        yield dsn
+
+
+@pytest.mark.parametrize(
+    ("question", "gold"),
+    [
+        (
+            'What is the weekly rank for the episode "A Love of a Lifetime"?',
+            "SELECT weekly_rank FROM tv_series WHERE episode = 'A Love of a Lifetime'",
+        ),
+        (
+            'What is the content of TV Channel with serial name "Sky Radio"?',
+            "SELECT content FROM tv_channel WHERE series_name = 'Sky Radio'",
+        ),
+        (
+            'What is the TV Channel that shows the cartoon "The Rise of the Blue Beetle!"? '
+            "List the TV Channel's series name.",
+            "SELECT c.series_name FROM tv_channel AS c JOIN cartoon AS t ON c.id = t.channel "
+            "WHERE t.title = 'The Rise of the Blue Beetle!'",
+        ),
+    ],
+)
+def test_a_quoted_string_keeps_its_condition(tvshow: str, question: str, gold: str) -> None:
+    # the sketches filter more columns than the question has values for (the text keys named
+    # "channel" beside the column that holds the quoted string): the condition on the column
+    # holding it stays, the others are left out, rather than every condition, or a second value
+    # made up for the column that already has one
+    with psycopg.connect(tvshow) as conn:
+        conn.read_only = True
+        answer = load_pipeline(settings()).answer(question, PsycopgDatabase(conn))
+    assert answer.sql is not None, answer.trace
+    assert answer.rows == rows_of(tvshow, answer.sql)
+    assert sorted(answer.rows) == sorted(rows_of(tvshow, gold)), answer.trace
+
+
 def test_schema_is_cached_until_ddl_changes_it(
     university: str, conn: psycopg.Connection[Any]
 ) -> None:
