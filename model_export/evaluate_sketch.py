@@ -102,6 +102,7 @@ def accuracy(
                     None if name == "sketch" else found.aligned,
                     combine=name == "combined",
                     named=(item.schema, item.question) if settings.named_from else None,
+                    more_where=settings.more_where_logit,
                 )
                 for part, mine, right in zip(PARTS, _parts(ranked[0]), gold, strict=True):
                     hits[name][part] += mine == right

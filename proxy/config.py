@@ -242,6 +242,14 @@ class SketchSettings:
             "as in the paper."
         ),
     )
+    more_where_logit: float = field(
+        default=1.0,
+        metadata=_doc(
+            "The logit a WHERE predicate after the sketch model's most probable one needs "
+            "(1.0: a probability of 0.73). Below it, such predicates were more often wrong than "
+            "right on Spider train. 0.0: every predicate more probable than not."
+        ),
+    )
 
 
 @dataclass

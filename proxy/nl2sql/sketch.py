@@ -286,9 +286,10 @@ def _positive_or_best(logits: FloatArray, required: bool) -> list[int]:
     return chosen
 
 
-def slots_for(scores: SketchScores, keywords: frozenset[str]) -> Slots:
+def slots_for(scores: SketchScores, keywords: frozenset[str], *, more_where: float = 0.0) -> Slots:
     """The most probable slots, consistent with the keywords: a clause's slots are filled only
-    when its keyword is in the set, and then with at least one item."""
+    when its keyword is in the set, and then with at least one item. A WHERE predicate after
+    the most probable one needs a logit above `more_where` (`[sketch] more_where_logit`)."""
     columns = scores.column_logits
     width = len(AGGREGATES)
 
@@ -304,11 +305,13 @@ def slots_for(scores: SketchScores, keywords: frozenset[str]) -> Slots:
     if "where" in keywords:
         flat = columns[1:, WHERE_OUTPUTS].reshape(-1)
         count = len(OPERATORS)
+        chosen = sorted(_positive_or_best(flat, True), key=lambda i: -flat[i])
         where = tuple(
             Predicate(
                 i // count, OPERATORS[i % count], nested=OPERATORS[i % count] in ("in", "not in")
             )
-            for i in sorted(_positive_or_best(flat, True), key=lambda i: -flat[i])
+            for n, i in enumerate(chosen)
+            if n == 0 or flat[i] > more_where
         )
     group_by: frozenset[int] = frozenset()
     if "group by" in keywords:
@@ -1060,9 +1063,11 @@ def spoken_age_order(
     slots: Slots,
 ) -> tuple[frozenset[str], Slots]:
     """`keywords` and `slots` ordered as "youngest" or "oldest" says: by the one column the
-    sketch orders by where that is of an age or a birth date, else by the one column of an age
-    (else of a birth date) of the tables its SELECT reads, in place of the plain columns it
-    orders by ("the youngest pet" orders by pets.pet_age, not student.age and pets.weight);
+    sketch orders by where that is of an age or a birth date of a table its SELECT reads, else
+    by the one column of an age (else of a birth date) of the tables its SELECT reads, in place
+    of the plain columns it orders by ("the youngest pet" orders by pets.pet_age, not
+    student.age and pets.weight; "the weight of the youngest dog" not by student.age), else by
+    the one it orders by where that is of an age or a birth date;
     the youngest is the least age and the latest birth date, the oldest the greatest age and
     the earliest date. Unchanged for a sketch that orders by an aggregate, or by nothing,
     where no such column is found, and for another question. Spider train, gold queries that
@@ -1077,15 +1082,16 @@ def spoken_age_order(
         return keywords, slots
     kinds = {item.column: _age_kind(schema, item.column) for item in order_by}
     column = next((c for c, kind in kinds.items() if kind), None)
-    if len(order_by) != 1 or column is None:
-        read = {schema.columns[i.column].table for i in select if i.column != STAR}
+    read = {schema.columns[i.column].table for i in select if i.column != STAR}
+    if len(order_by) != 1 or column is None or schema.columns[column].table not in read:
         columns = [c for c, col in enumerate(schema.columns) if col.table in read]
         ages = [c for c in columns if _age_kind(schema, c, dated=False) == "age"]
         births = [c for c in columns if _age_kind(schema, c, dated=False) == "birth"]
         found = ages if ages else births
-        if len(found) != 1:
+        if len(found) == 1:
+            column = found[0]
+        elif len(order_by) != 1 or column is None:
             return keywords, slots
-        column = found[0]
     ascending = (_age_kind(schema, column) == "age") == (match[1].lower() == "youngest")
     direction = "asc" if ascending else "desc"
     ordered = replace(slots, order_by=(SelectItem("", column),))

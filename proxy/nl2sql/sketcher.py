@@ -215,6 +215,7 @@ class Sketcher:
             aligned,
             combine=settings.combine,
             named=(schema, question) if settings.named_from else None,
+            more_where=settings.more_where_logit,
         )
         return Hypotheses(scores, selects, froms, keywords, aligned, sketches)
 
@@ -232,6 +233,7 @@ def rank(
     *,
     combine: bool,
     named: tuple[Schema, str] | None = None,
+    more_where: float = 0.0,
 ) -> list[Sketch]:
     """Sketches best first. A SELECT x KEYWORDS pair scores its aligner logit (`aligned`, in
     `itertools.product(selects, keywords)` order), plus the sketch model's log-probability of
@@ -259,7 +261,7 @@ def rank(
         logits = np.asarray(aligned, dtype=np.float64)
         pair_scores = logits + pair_scores if combine else logits
     ranked = sorted(range(len(pairs)), key=lambda i: -pair_scores[i])
-    slots = {chosen: slots_for(scores, chosen) for chosen, _ in keywords}
+    slots = {chosen: slots_for(scores, chosen, more_where=more_where) for chosen, _ in keywords}
     said = tables_named_in(named[1], named[0]) if named is not None else frozenset()
     sketches: list[Sketch] = []
     replaced: list[Sketch] = []  # what `nearest_equals` moved, kept as a last resort

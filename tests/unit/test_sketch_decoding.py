@@ -361,6 +361,21 @@ def test_slots_are_the_positive_logits_best_first(scores: SketchScores) -> None:
     assert slots.limit == 1
 
 
+def test_a_later_where_predicate_needs_the_more_where_logit() -> None:
+    scores = _all_negative()
+    equals, greater = OPERATORS.index("="), OPERATORS.index(">")
+    scores.column_logits[2 + 1, WHERE_OUTPUTS][greater] = 0.8  # the best: kept below the bar
+    scores.column_logits[0 + 1, WHERE_OUTPUTS][equals] = 0.6
+    scores.column_logits[1 + 1, WHERE_OUTPUTS][equals] = 0.4
+    where = frozenset({"where"})
+    assert slots_for(scores, where, more_where=1.0).where == (Predicate(2, ">"),)
+    assert slots_for(scores, where, more_where=0.5).where == (
+        Predicate(2, ">"),
+        Predicate(0, "="),
+    )
+    assert [p.column for p in slots_for(scores, where).where] == [2, 0, 1]
+
+
 def _window_logits(values: Sequence[float], rows: int, width: int) -> FloatArray:
     """`rows` rows (the window's items, then padding) whose item k is all values[k]."""
     logits = np.full((rows, width), 99.0, dtype=np.float32)
@@ -1109,6 +1124,45 @@ def test_spoken_age_order(question: str, column: int, ordered: int, direction: s
         frozenset({"order by", direction, "limit"}),
         Slots(order_by=(SelectItem("", ordered),), limit=1),
     )
+
+
+OWNED = Schema(
+    "owned",
+    (Table("student"), Table("pets")),
+    (
+        Column(0, "name"),
+        Column(0, "age", "integer"),
+        Column(1, "weight", "real"),
+        Column(1, "pet_age", "integer"),
+        Column(1, "owner", "integer"),
+    ),
+    (ForeignKey(column=4, referenced=0),),
+)
+
+
+def test_spoken_age_order_reads_the_age_of_the_rows_shown() -> None:
+    # "the weight of the youngest dog" ordered by student.age: by pets.pet_age
+    weight = frozenset({SelectItem("", 2)})
+    keywords = frozenset({"order by", "desc", "limit"})
+    by_student_age = Slots(order_by=(SelectItem("", 1),), limit=1)
+    found = spoken_age_order(
+        "the weight of the youngest dog", OWNED, weight, keywords, by_student_age
+    )
+    assert found == (
+        frozenset({"order by", "asc", "limit"}),
+        Slots(order_by=(SelectItem("", 3),), limit=1),
+    )
+    # the shown rows have no age (owners without one): the age the sketch orders by stays
+    owners = Schema(
+        "owners",
+        OWNED.tables,
+        (OWNED.columns[0], *OWNED.columns[2:]),
+        (ForeignKey(column=3, referenced=0),),
+    )
+    name = frozenset({SelectItem("", 0)})
+    by_pet_age = Slots(order_by=(SelectItem("", 2),), limit=1)
+    found = spoken_age_order("the owner of the oldest dog", owners, name, keywords, by_pet_age)
+    assert found == (keywords, by_pet_age)
 
 
 def test_spoken_age_order_leaves_counts_alone() -> None:
