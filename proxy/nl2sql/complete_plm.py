@@ -325,9 +325,11 @@ def limit_in_question(question: str) -> tuple[int, tuple[int, int]] | None:
     return None
 
 
+_NOT_BELOW = r"(?:less|fewer|smaller|lower|shorter|younger|under|below)(?:\s+than)?"
+_NOT_ABOVE = r"(?:more|greater|larger|higher|bigger|longer|older|over|above)(?:\s+than)?"
 _CUES_BEFORE = (
-    (re.compile(r"(?:at least|no less than|no fewer than|not less than|minimum of)\s*$"), ">="),
-    (re.compile(r"(?:at most|no more than|not more than|up to|maximum of)\s*$"), "<="),
+    (re.compile(rf"(?:at least|\b(?:no|not)\s+{_NOT_BELOW}|minimum of)\s*$"), ">="),
+    (re.compile(rf"(?:at most|\b(?:no|not)\s+{_NOT_ABOVE}|up to|maximum of)\s*$"), "<="),
     (re.compile(r"between\s*$"), "between"),
     (
         re.compile(
@@ -755,17 +757,20 @@ _CONTAINS = re.compile(
 def _cued_operator(question: str, operator: str, literal: Literal) -> str:
     """The operator the question's words say around the literal, where they contradict the
     slot's: a number after "less than" is compared with <, whatever direction the slot head
-    chose, and one after "equal to" or "exactly" with =; a value after "not" is compared with !=
+    chose, one after "at least" or "not higher than" with >= and <=, and one after "equal to"
+    or "exactly" with =; a value after "not" is compared with !=
     (NOT LIKE where the slot said LIKE); a value after "contains", "substring" or "the letter"
     with LIKE."""
     span = _find_span(question, literal)
     if span is None:
         return operator
     if literal.kind == "number":
-        if _NEGATION.search(question[max(0, span[0] - 30) : span[0]]):
-            return operator  # "not older than 40": the words' direction is reversed
         cue = _operator_cue(question, span)
         comparisons = set(_DIRECTIONS) - {"between"}
+        if cue in ("<=", ">=") and (operator in comparisons or operator == "="):
+            return cue  # "at least", "not higher than 4", "2 or more"
+        if _NEGATION.search(question[max(0, span[0] - 30) : span[0]]):
+            return operator  # "not from France, older than 40": the "not" may be another's
         if cue in comparisons and (operator in comparisons or operator == "="):
             return cue
         if operator in comparisons and _EQUAL.search(question[max(0, span[0] - 30) : span[0]]):

@@ -253,6 +253,23 @@ CASES = (
         where=(("singer.Age", ">"),),
     ),
     Case(
+        "Which singers are no older than 40?",
+        ("singer.name",),
+        ("singer",),
+        # the slot head said >; "no older than" says <=
+        'SELECT name FROM singer WHERE "Age" <= 40',
+        keywords=("where",),
+        where=(("singer.Age", ">"),),
+    ),
+    Case(
+        "Which singers are not younger than 30?",
+        ("singer.name",),
+        ("singer",),
+        'SELECT name FROM singer WHERE "Age" >= 30',
+        keywords=("where",),
+        where=(("singer.Age", "<"),),
+    ),
+    Case(
         "Which singers are from 'France', not older than 40?",
         ("singer.name",),
         ("singer",),
