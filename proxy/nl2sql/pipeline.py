@@ -945,7 +945,7 @@ class _Run:
                             if c.column == chosen.column and c.value.casefold() not in taken
                         ),
                         None,
-                    )
+                    ) or self._guess_code(column, taken)  # "type code PP or PPT"
                     if second is not None:
                         taken.add(second.value.casefold())
                         bound.append(Literal(second.value, "string", column=column))
@@ -991,12 +991,11 @@ class _Run:
         at its threshold: "French" -> 'France'). Words that name tables or columns are not
         values."""
         assert self.index is not None
+        code = self._guess_code(column, taken)
+        if code is not None:
+            return code
         ref = self._column_ref(column)
         tokens = _WORD.findall(self.question)
-        for token in tokens:
-            fresh = _CODE.fullmatch(token) and token.casefold() not in taken
-            if fresh and self.index.contains(ref, token):
-                return Candidate(ref, token, 1.0, 1)
         names = self._schema_words
         words = [
             t
@@ -1014,6 +1013,17 @@ class _Run:
             if best is None or match[0] > best[0]:
                 best = match
         return best[1] if best is not None else None
+
+    def _guess_code(self, column: int, taken: set[str]) -> Candidate | None:
+        """A code the question writes in capitals ("the PPT template") that the column holds,
+        other than those `taken`."""
+        assert self.index is not None
+        ref = self._column_ref(column)
+        for token in _WORD.findall(self.question):
+            fresh = _CODE.fullmatch(token) and token.casefold() not in taken
+            if fresh and self.index.contains(ref, token):
+                return Candidate(ref, token, 1.0, 1)
+        return None
 
     @property
     def _schema_words(self) -> set[str]:

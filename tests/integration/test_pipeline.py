@@ -283,6 +283,28 @@ def test_a_quoted_string_keeps_its_condition(tvshow: str, question: str, gold: s
     assert sorted(answer.rows) == sorted(rows_of(tvshow, gold)), answer.trace
 
 
+@pytest.fixture(scope="module")
+def templates(postgres: Postgres) -> Iterator[str]:
+    """Spider's cre_Doc_Template_Mgt: templates with type codes ('PP', 'PPT', 'BK', ...)."""
+    with spider_database(postgres, "cre_Doc_Template_Mgt") as dsn:
+        yield dsn
+
+
+def test_two_codes_joined_by_or_are_both_asked_for(templates: str) -> None:
+    # neither code is a word the value index finds by meaning: both are read as codes the
+    # column holds
+    with psycopg.connect(templates) as conn:
+        conn.read_only = True
+        answer = load_pipeline(settings()).answer(
+            "What are the ids of templates with template type code PP or PPT?",
+            PsycopgDatabase(conn),
+        )
+    assert answer.sql is not None and "'PPT'" in answer.sql, answer.trace
+    gold = "SELECT template_id FROM templates WHERE template_type_code IN ('PP', 'PPT')"
+    assert sorted(answer.rows) == sorted(rows_of(templates, gold)), answer.sql
+    assert len(answer.rows) > len(rows_of(templates, gold.replace(", 'PPT'", "")))
+
+
 def test_schema_is_cached_until_ddl_changes_it(
     university: str, conn: psycopg.Connection[Any]
 ) -> None:
