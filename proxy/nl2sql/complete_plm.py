@@ -1026,7 +1026,8 @@ def _spoken_range(
 ) -> Sketch:
     """The sketch with its one numeric comparison made BETWEEN when the question says "between
     5000 and 10000" (or "1 to 2"), and no other comparison, the slot head having chosen >, <,
-    >= or <=. Not with HAVING, which may be what the range is about."""
+    >= or <=; two comparisons of the same column ("population > 160000 AND population >
+    900000") become that one BETWEEN. Not with HAVING, which may be what the range is about."""
     cues = {
         _operator_cue(question, _find_span(question, literal))
         for literal in literals
@@ -1042,10 +1043,14 @@ def _spoken_range(
         and p.operator in (">", "<", ">=", "<=")
         and schema.columns[p.column].numeric
     ]
-    if len(comparisons) != 1:
+    if not comparisons or len({where[i].column for i in comparisons}) != 1:
         return sketch
-    (i,) = comparisons
-    ranged_where = (*where[:i], replace(where[i], operator="between"), *where[i + 1 :])
+    first, *others = comparisons
+    ranged_where = tuple(
+        replace(p, operator="between") if i == first else p
+        for i, p in enumerate(where)
+        if i not in others
+    )
     return replace(sketch, slots=replace(sketch.slots, where=ranged_where))
 
 

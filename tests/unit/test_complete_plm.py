@@ -467,6 +467,15 @@ CASES = (
         where=(("stadium.capacity", ">"),),
     ),
     Case(
+        # two comparisons of the one column: one range
+        "Stadiums with a capacity between 5000 and 10000",
+        ("stadium.name",),
+        ("stadium",),
+        "SELECT name FROM stadium WHERE capacity BETWEEN 5000 AND 10000",
+        keywords=("where",),
+        where=(("stadium.capacity", ">"), ("stadium.capacity", ">")),
+    ),
+    Case(
         "Which singers are from 'France' or 'Spain'?",
         ("singer.name",),
         ("singer",),
