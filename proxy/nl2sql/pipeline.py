@@ -104,6 +104,7 @@ GUESS_GRAMS = 12
 _OR = re.compile(r"\bor\b", re.I)
 _WORD = re.compile(r"[^\W_][\w'-]*")
 _CODE = re.compile(r"[A-Z][A-Z0-9]{1,4}")
+_EXACT = 0.999  # a value-index score of a value the question names word for word
 _STOP_WORDS = frozenset(
     """a about above after all also an and any are as at be before below between both but by can
     count different distinct do does each every find for from give has have how in is it its
@@ -921,6 +922,11 @@ class _Run:
                     ),
                 )
                 chosen = own[0] if own else (others[0] if others else None)
+                if own and others and own[0].score < _EXACT <= others[0].score:
+                    # the question names another column's value word for word, and the
+                    # predicate's own only in part ("countries in Asia": continent 'Asia', not
+                    # region 'Nordic Countries'): the predicate moves there
+                    chosen = others[0]
                 if chosen is None and self._is_text(predicate.column):
                     chosen = self._guess_value(predicate.column, taken)
                 if chosen is None:

@@ -244,6 +244,19 @@ def test_values_stage_looks_in_the_tables_the_question_names(world: str) -> None
     # whole answers are measured by benchmarks.execution_accuracy
 
 
+def test_a_value_named_word_for_word_wins_over_one_named_in_part(world: str) -> None:
+    # the sketch filters country.region, whose 'Nordic Countries' the question names only by
+    # "countries"; continent's 'Asia' it names word for word
+    with psycopg.connect(world) as conn:
+        conn.read_only = True
+        answer = load_pipeline(settings()).answer(
+            "Count the number of countries in Asia.", PsycopgDatabase(conn)
+        )
+    assert answer.sql is not None and "'Asia'" in answer.sql, answer.trace
+    gold = "SELECT count(*) FROM country WHERE continent = 'Asia'"
+    assert answer.rows == rows_of(world, gold)
+
+
 @pytest.fixture(scope="module")
 def tvshow(postgres: Postgres) -> Iterator[str]:
     """Spider's tvshow: tv_channel, and tv_series and cartoon that reference it by a text key."""
