@@ -38,6 +38,7 @@ from proxy.nl2sql.sketch import (
     SketchParts,
     SketchScores,
     Slots,
+    aggregates_of_one_table,
     columns_of_named_tables,
     counted_by_value,
     from_candidates,
@@ -333,7 +334,7 @@ def _spoken(
         or spoken_aggregate_of(question, schema, select)
         or spoken_columns(question, schema, select)
     )
-    select = spoken if spoken is not None else select
+    select = aggregates_of_one_table(schema, spoken if spoken is not None else select)
     for regrouped in (
         grouped_without_aggregate(question, select, chosen, pair_slots),
         ordered_by_frequency(question, select, chosen, pair_slots),

@@ -35,6 +35,7 @@ from proxy.nl2sql.sketch import (
     SelectItem,
     SketchScores,
     Slots,
+    aggregates_of_one_table,
     columns_of_named_tables,
     counted_by_value,
     equal_columns,
@@ -1335,3 +1336,37 @@ def test_one_nested_condition_keeps_the_one_on_the_table_the_sketch_reads() -> N
         (Predicate(2, ">"), inner),
     ):
         assert one_nested_condition(PETS, shown, Slots(where=where)) == Slots(where=where)
+
+
+CITIES = Schema(
+    "world",
+    (Table("city"), Table("country")),
+    (
+        Column(0, "countrycode"),
+        Column(0, "population", "integer"),
+        Column(1, "code", primary_key=True),
+        Column(1, "population", "integer"),
+        Column(1, "gnp", "real"),
+    ),
+    (ForeignKey(column=0, referenced=2),),
+)
+
+
+def test_aggregates_of_one_table() -> None:
+    # "the total population and maximum GNP in Asia": both of country
+    mixed = frozenset({SelectItem("sum", 1), SelectItem("max", 4)})
+    assert aggregates_of_one_table(CITIES, mixed) == {SelectItem("sum", 3), SelectItem("max", 4)}
+    # count(*) goes along; one table already: as it is
+    counted = frozenset({SelectItem("count", STAR), SelectItem("sum", 1), SelectItem("max", 4)})
+    assert aggregates_of_one_table(CITIES, counted) == {
+        SelectItem("count", STAR),
+        SelectItem("sum", 3),
+        SelectItem("max", 4),
+    }
+    for unchanged in (
+        frozenset({SelectItem("sum", 3), SelectItem("max", 4)}),
+        frozenset({SelectItem("", 0), SelectItem("max", 4)}),  # a plain column beside them
+        frozenset({SelectItem("max", 0), SelectItem("max", 4)}),  # no table has both names
+        frozenset({SelectItem("sum", 1), SelectItem("avg", 3)}),  # both tables do: a tie
+    ):
+        assert aggregates_of_one_table(CITIES, unchanged) == unchanged
