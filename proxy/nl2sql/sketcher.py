@@ -59,6 +59,7 @@ from proxy.nl2sql.sketch import (
     spoken_aggregate_of,
     spoken_aggregates,
     spoken_columns,
+    spoken_extreme,
     spoken_order,
     spoken_select,
     tables_named_in,
@@ -333,6 +334,7 @@ def _spoken(
         or spoken_select(question, schema, select, group_by)
         or spoken_aggregate_of(question, schema, select)
         or spoken_columns(question, schema, select)
+        or spoken_extreme(question, schema, select, chosen)
     )
     select = aggregates_of_one_table(schema, spoken if spoken is not None else select)
     for regrouped in (

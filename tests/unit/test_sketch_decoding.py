@@ -61,6 +61,7 @@ from proxy.nl2sql.sketch import (
     spoken_aggregate_of,
     spoken_aggregates,
     spoken_columns,
+    spoken_extreme,
     spoken_order,
     spoken_select,
     tables_named_in,
@@ -1370,3 +1371,18 @@ def test_aggregates_of_one_table() -> None:
         frozenset({SelectItem("sum", 1), SelectItem("avg", 3)}),  # both tables do: a tie
     ):
         assert aggregates_of_one_table(CITIES, unchanged) == unchanged
+
+
+def test_spoken_extreme() -> None:
+    weight = frozenset({SelectItem("", 4)})  # country.gnp, standing in for a weight
+    where = frozenset({"where"})
+    asked = "What is the smallest gnp of the countries in Asia?"
+    assert spoken_extreme(asked, CITIES, weight, where) == {SelectItem("min", 4)}
+    assert spoken_extreme("the highest gnp of Asia", CITIES, weight, where) == {
+        SelectItem("max", 4)
+    }
+    # ordered or grouped: the sketch says how already; no such word, or another column: None
+    assert spoken_extreme(asked, CITIES, weight, frozenset({"order by", "limit"})) is None
+    assert spoken_extreme(asked, CITIES, weight, frozenset({"group by"})) is None
+    assert spoken_extreme("What is the gnp of Asia?", CITIES, weight, where) is None
+    assert spoken_extreme("the highest population", CITIES, weight, where) is None
