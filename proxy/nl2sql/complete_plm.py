@@ -150,6 +150,7 @@ from proxy.nl2sql.sketch import (
     Slots,
     plurals,
     said_direction,
+    shown_groups,
     tables_named_in,
 )
 
@@ -1055,20 +1056,8 @@ def _spoken_range(
 
 
 def _shown_groups(sketch: Sketch) -> Sketch:
-    """A SELECT of aggregates only, grouped, with no HAVING, ORDER BY or LIMIT ("how many
-    friends does each student have"), shows the columns it groups by too: a list of counts
-    without what each counts is no answer."""
-    slots = sketch.slots
-    if (
-        not slots.group_by
-        or not all(item.aggregate for item in sketch.select)
-        or slots.having
-        or slots.order_by
-        or slots.limit is not None
-    ):
-        return sketch
-    shown = {SelectItem("", column) for column in slots.group_by}
-    return replace(sketch, select=sketch.select | shown)
+    """The sketch with `sketch.shown_groups`' SELECT (completion shows them whatever sketched)."""
+    return replace(sketch, select=shown_groups(sketch.select, sketch.slots))
 
 
 _COUNTED = re.compile(

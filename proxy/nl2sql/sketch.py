@@ -700,6 +700,21 @@ def spoken_aggregate_of(
     return (select - set(items)) | set(changed.values())
 
 
+def shown_groups(select: frozenset[SelectItem], slots: Slots) -> frozenset[SelectItem]:
+    """A SELECT of aggregates only, grouped, with no HAVING, ORDER BY or LIMIT ("how many
+    friends does each student have"), with the columns it groups by shown too: a list of counts
+    without what each counts is no answer. Other SELECTs as they are."""
+    if (
+        not slots.group_by
+        or not all(item.aggregate for item in select)
+        or slots.having
+        or slots.order_by
+        or slots.limit is not None
+    ):
+        return select
+    return select | {SelectItem("", column) for column in slots.group_by}
+
+
 _EXTREMES = {
     "smallest": "min",
     "lowest": "min",

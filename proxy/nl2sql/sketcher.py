@@ -54,6 +54,7 @@ from proxy.nl2sql.sketch import (
     ordered_by_frequency,
     read_by_name,
     select_candidates,
+    shown_groups,
     slots_for,
     spoken_age_order,
     spoken_aggregate_of,
@@ -344,6 +345,7 @@ def _spoken(
         if regrouped is not None:
             select, chosen, pair_slots = regrouped
     chosen, pair_slots = spoken_age_order(question, schema, select, chosen, pair_slots)
+    select = shown_groups(select, pair_slots)
     return select, in_said_direction(question, chosen), pair_slots
 
 

@@ -56,6 +56,7 @@ from proxy.nl2sql.sketch import (
     readable_names,
     said_direction,
     select_candidates,
+    shown_groups,
     slots_for,
     spoken_age_order,
     spoken_aggregate_of,
@@ -1385,3 +1386,19 @@ def test_spoken_extreme() -> None:
     assert spoken_extreme(asked, CITIES, weight, frozenset({"group by"})) is None
     assert spoken_extreme("What is the gnp of Asia?", CITIES, weight, where) is None
     assert spoken_extreme("the highest population", CITIES, weight, where) is None
+
+
+def test_shown_groups() -> None:
+    # "the maximum gnp for each continent" (population standing in for the continent)
+    best = frozenset({SelectItem("max", 4)})
+    grouped = Slots(group_by=frozenset({3}))
+    assert shown_groups(best, grouped) == best | {SelectItem("", 3)}
+    # a plain column shown already, HAVING, ORDER BY or LIMIT, or no groups: as it is
+    for select, slots in (
+        (best | {SelectItem("", 2)}, grouped),
+        (best, replace(grouped, having=(SelectItem("count", STAR),))),
+        (best, replace(grouped, order_by=(SelectItem("max", 4),))),
+        (best, replace(grouped, limit=1)),
+        (best, Slots()),
+    ):
+        assert shown_groups(select, slots) == select
