@@ -833,41 +833,18 @@ class _Run:
                 step.outcome = f"look-up failed: {_one_line(str(exc))}"
                 return self._typed
             moves: list[str] = []
-            for n, literal in enumerate(self._typed):
-                # a quoted string no wanting column holds, that the value index finds in another
-                # text column: the first text predicate free for it moves there (calibration
-                # would move its value there later), so that no other predicate is given a
-                # second value of that column
-                text = str(literal.value).casefold()
-                if literal.kind != "string" or n in pins:
-                    continue
-                holder = next(
-                    (
-                        c
-                        for c in nearby or anywhere or []
-                        if c.value.casefold() == text
-                        and self._is_text(self._column_numbers[c.column])
-                    ),
-                    None,
-                )
-                first = next(
-                    (
-                        i
-                        for i in wanting
-                        if i not in pins.values() and self._is_text(predicates[i].column)
-                    ),
-                    None,
-                )
-                if holder is None or first is None:
-                    continue
-                column = self._column_numbers[holder.column]
-                if column != predicates[first].column:
+
+            def move(i: int, column: int) -> None:
+                if column != predicates[i].column:
                     moves.append(
-                        f"{schema.qualified(predicates[first].column)} -> "
-                        f"{schema.qualified(column)}"
+                        f"{schema.qualified(predicates[i].column)} -> {schema.qualified(column)}"
                     )
-                    predicates[first] = replace(predicates[first], column=column)
-                pins[n] = first
+                    predicates[i] = replace(predicates[i], column=column)
+
+            found = nearby or anywhere or []
+            for n, i, column in self._quoted_homes(predicates, wanting, pins, found):
+                move(i, column)
+                pins[n] = i
             pinned = set(pins.values())
             taken = {str(t.value).casefold() for t in typed}
             # quoted strings no predicate has been moved to (or holds) yet
@@ -886,17 +863,10 @@ class _Run:
                 if free and self._is_text(predicate.column):
                     free -= 1  # a quoted string goes to it
                     continue
-                holder = next(
-                    (c for c in nearby or anywhere or [] if c.value.casefold() in unplaced),
-                    None,
-                )
+                holder = next((c for c in found if c.value.casefold() in unplaced), None)
                 if free and holder is not None:
                     # the text column that holds a quoted string takes the predicate
-                    column = self._column_numbers[holder.column]
-                    moves.append(
-                        f"{schema.qualified(predicate.column)} -> {schema.qualified(column)}"
-                    )
-                    predicates[i] = replace(predicate, column=column)
+                    move(i, self._column_numbers[holder.column])
                     unplaced.discard(holder.value.casefold())
                     free -= 1
                     continue
@@ -907,7 +877,7 @@ class _Run:
                 }
                 pool = [
                     c
-                    for c in (nearby or anywhere or [])
+                    for c in found
                     if c.value.casefold() not in taken
                     # a column another condition already equals a value cannot equal a second
                     # ("title = 'The Rise of the Blue Beetle!' AND title = 'Fall of ...'")
@@ -932,11 +902,7 @@ class _Run:
                 if chosen is None:
                     continue
                 column = self._column_numbers[chosen.column]
-                if column != predicate.column:
-                    moves.append(
-                        f"{schema.qualified(predicate.column)} -> {schema.qualified(column)}"
-                    )
-                    predicates[i] = replace(predicate, column=column)
+                move(i, column)
                 taken.add(chosen.value.casefold())
                 bound.append(Literal(chosen.value, "string", column=column))
                 if len(wanting) == 1 and (
@@ -966,6 +932,40 @@ class _Run:
             for n, t in enumerate(self._typed)
         ]
         return [*literals, *bound]
+
+    def _quoted_homes(
+        self,
+        predicates: Sequence[Predicate],
+        wanting: Sequence[int],
+        pins: dict[int, int],
+        found: Sequence[Candidate],
+    ) -> Iterator[tuple[int, int, int]]:
+        """For each quoted string no wanting column holds (`pins`) that the value index `found`
+        in a text column: the first text predicate free for it, and that column (index in the
+        question's literals, index in `predicates`, column). The predicate moves there, as
+        calibration would move its value later, so that no other predicate is given a second
+        value of that column."""
+        used = set(pins.values())
+        for n, literal in enumerate(self._typed):
+            if literal.kind != "string" or n in pins:
+                continue
+            text = str(literal.value).casefold()
+            holder = next(
+                (
+                    c
+                    for c in found
+                    if c.value.casefold() == text and self._is_text(self._column_numbers[c.column])
+                ),
+                None,
+            )
+            first = next(
+                (i for i in wanting if i not in used and self._is_text(predicates[i].column)),
+                None,
+            )
+            if holder is None or first is None:
+                continue
+            used.add(first)
+            yield n, first, self._column_numbers[holder.column]
 
     def _pinned(self, predicates: Sequence[Predicate], wanting: Sequence[int]) -> dict[int, int]:
         """The quoted strings that a wanting predicate's text column holds word for word, each
