@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from proxy.nl2sql.joins import connected, implicit_keys, without_unused_lookups
-from proxy.nl2sql.schema import Schema
+from proxy.nl2sql.schema import Schema, words_of
 
 STAR = -1
 """The column index of `*` (as in `count(*)`)."""
@@ -376,10 +376,16 @@ def names_table(question: str, table_words: str) -> bool:
 
 
 def tables_named_in(question: str, schema: Schema) -> frozenset[int]:
-    """The tables whose names the question says (`names_table`); where the same words say two
-    names, the closer one only: "visitors" names visitor, not visit."""
+    """The tables whose names the question says (`names_table`), by their words or by their
+    name itself (Spider's visitor table reads "customer"); where the same words say two names,
+    the closer one only: "visitors" names visitor, not visit."""
     said = _QUESTION_WORD.findall(question.lower())[1:]
-    matches = {t: _name_matches(said, table.label) for t, table in enumerate(schema.tables)}
+    matches: dict[int, dict[tuple[int, int], int]] = {}
+    for t, table in enumerate(schema.tables):
+        found = _name_matches(said, table.label)
+        for span, closeness in _name_matches(said, words_of(table.name)).items():
+            found[span] = max(found.get(span, 0), closeness)
+        matches[t] = found
     closest: dict[tuple[int, int], int] = {}
     for found in matches.values():
         for span, closeness in found.items():

@@ -590,6 +590,16 @@ def test_tables_named_in_prefers_the_closer_name(question: str, named: set[str])
     assert {schema.tables[t].label for t in said} == named
 
 
+def test_tables_named_in_reads_a_table_by_its_name_as_well_as_its_words() -> None:
+    # Spider's museum_visit calls its visitor table "customer"; questions say "visitors"
+    tables = (Table("museum"), Table("visitor", words="customer"), Table("visit"))
+    schema = Schema("museum_visit", tables, ())
+    said = tables_named_in("How many visitors below age 30 are there?", schema)
+    assert {schema.tables[t].name for t in said} == {"visitor"}
+    said = tables_named_in("List the customers of the museum.", schema)
+    assert {schema.tables[t].name for t in said} == {"visitor", "museum"}
+
+
 @pytest.mark.parametrize(
     ("select", "question", "named"),
     [
