@@ -148,6 +148,7 @@ from proxy.nl2sql.sketch import (
     SelectItem,
     Sketch,
     Slots,
+    one_number_asked,
     plurals,
     said_direction,
     shown_groups,
@@ -1147,35 +1148,13 @@ def _people_counted(sketch: Sketch, schema: Schema, question: str) -> Sketch:
     return replace(sketch, select=(sketch.select - {counted}) | {SelectItem("sum", populations[0])})
 
 
-_HOW_MANY_DIFFERENT = re.compile(
-    r"^\s*(?:how many|count the number of|what is the number of)\s+(?:\w+\s+)?"
-    r"(?:different|distinct|unique)\b",
-    re.IGNORECASE,
-)
-_TOGETHER = re.compile(r"\b(?:together|combined|altogether|in total)\b", re.IGNORECASE)
-
-
 def _one_number_asked(sketch: Sketch, schema: Schema, question: str) -> Sketch:
-    """A SELECT of one bare column where the question asks for one number: "how many different
-    types of pet" counts the distinct types (`count(DISTINCT pettype)`), "how much surface area
-    do they cover together" sums it. Not with GROUP BY; a sum only of a number column that is
-    no key."""
-    if len(sketch.select) != 1 or sketch.slots.group_by:
+    """The sketch with `sketch.one_number_asked`'s SELECT and keywords (the sketch stage asks
+    it too)."""
+    found = one_number_asked(question, schema, sketch.select, sketch.keywords, sketch.slots)
+    if found is None:
         return sketch
-    (item,) = sketch.select
-    if item.aggregate or item.column == STAR:
-        return sketch
-    column = schema.columns[item.column]
-    if _HOW_MANY_DIFFERENT.search(question):
-        return replace(
-            sketch,
-            select=frozenset({SelectItem("count", item.column)}),
-            keywords=sketch.keywords | {"distinct"},
-        )
-    key = column.primary_key or any(k.column == item.column for k in schema.foreign_keys)
-    if _TOGETHER.search(question) and column.numeric and not key:
-        return replace(sketch, select=frozenset({SelectItem("sum", item.column)}))
-    return sketch
+    return replace(sketch, select=found[0], keywords=found[1])
 
 
 def complete(

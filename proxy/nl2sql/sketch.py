@@ -20,7 +20,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from proxy.nl2sql.joins import connected, implicit_keys, without_unused_lookups
+from proxy.nl2sql.joins import (
+    connected,
+    implicit_keys,
+    references_to,
+    without_unused_lookups,
+)
 from proxy.nl2sql.schema import Schema, words_of
 
 STAR = -1
@@ -411,7 +416,8 @@ def named_tables(
     older than 20 own" counts pets of students); and the tables that join them
     (`joins.connected`: "singers in concerts of 2014" is singer, singer_in_concert and concert,
     as completion writes it), less the lookups none of its columns is read from
-    (`joins.without_unused_lookups`). None when that leaves no table, or when a counting pair
+    (`joins.without_unused_lookups`), plus the table whose rows a count per key counts
+    (`counted_per_key`). None when that leaves no table, or when a counting pair
     has a nested predicate (the table named may be the subquery's: "dogs that have not had a
     treatment").
 
@@ -442,8 +448,43 @@ def named_tables(
     named.update(said if counts else said & model_tables)
     if not named:
         return None
-    joined = connected(schema, named)
-    return without_unused_lookups(schema, joined, columns)
+    joined = without_unused_lookups(schema, connected(schema, named), columns)
+    return counted_per_key(
+        schema, items, slots.group_by, joined, said=said, model_tables=model_tables
+    )
+
+
+def counted_per_key(
+    schema: Schema,
+    items: Sequence[SelectItem],
+    group_by: frozenset[int],
+    tables: frozenset[int],
+    *,
+    said: frozenset[int],
+    model_tables: frozenset[int],
+) -> frozenset[int]:
+    """`tables` with the rows a count(*) per key counts: a FROM of one table, grouped by its
+    primary key, counts one row a group, which is no question's answer ("the department that
+    offers the most degrees" counts degree programs per department). The table whose key
+    references that primary key joins it: the one the question names (`said`), else the one
+    the sketch model's FROM holds (`model_tables`), else the only one. Unchanged otherwise,
+    and where the key is itself a key of another table (Spider's friend.student_id).
+
+    Spider train, the first sketch's FROM: 21 right that were not, 8 wrong that were right
+    (5,882 -> 5,895 of 7,000); dev 6 and 1 (829 -> 834 of 1,034)."""
+    if len(tables) != 1 or not any(i.aggregate == "count" and i.column == STAR for i in items):
+        return tables
+    (table,) = tables
+    keys = schema.primary_key(table)
+    if len(keys) != 1 or keys[0] not in group_by:
+        return tables
+    if any(k.column == keys[0] for k in (*schema.foreign_keys, *implicit_keys(schema))):
+        return tables  # a key that is another table's (Spider's friend.student_id): its rows
+    referencing = {schema.columns[c].table for c in references_to(schema, table)} - {table}
+    for found in (referencing & said, referencing & model_tables, referencing):
+        if len(found) == 1:
+            return tables | found
+    return tables
 
 
 _SPOKEN_AGGREGATE = {
@@ -613,11 +654,15 @@ def spoken_columns(
             continue
         listed: list[int] = []
         segments = _ITEM_SEPARATOR.split(sentence[lead.end() :])
+        phrases: list[list[str]] = []
         for segment in segments:
             words = [w for w in _QUESTION_WORD.findall(segment.lower()) if w not in _OWNER_WORDS]
             if _counts(words):
                 return None
-            phrase = _phrase(words)
+            phrases.append(_phrase(words))
+            if len(phrases[-1]) < len([w for w in words if w not in _LEADING_FILLER]):
+                break  # the list ends here ("age for all singers")
+        for phrase in _elided(schema, phrases):
             scores = {c: score(c, phrase) for c in range(len(schema.columns))}
             best = max(scores, key=lambda c: scores[c], default=None)
             if (
@@ -626,12 +671,34 @@ def spoken_columns(
                 and list(scores.values()).count(scores[best]) == 1
             ):
                 listed.append(best)
-            if len(phrase) < len([w for w in words if w not in _LEADING_FILLER]):
-                break  # the list ends here ("age for all singers")
         if len(segments) < 2 or not named <= set(listed) or named == set(listed):
             continue
         return frozenset(SelectItem("", c) for c in listed)
     return None
+
+
+def _elided(schema: Schema, phrases: list[list[str]]) -> list[list[str]]:
+    """A spoken list's items with the noun the last one ends in added to a one-word item that
+    names no column whole by itself, where the two words do: "first, middle, and last names"
+    lists "first names" and "middle names" ("email, cell phone and home phone" keeps "email";
+    "addresses and author ids", a plural, keeps "addresses"). Spider dev: the first sketch's
+    SELECT 2 right that were not, none lost; train: no sketch changes."""
+    if len(phrases) < 2 or len(phrases[-1]) < 2:
+        return phrases
+
+    def whole(phrase: list[str]) -> bool:
+        return any(whole for _, whole in _namings(schema, tuple(phrase)))
+
+    noun = phrases[-1][-1]
+    return [
+        [*phrase, noun]
+        if len(phrase) == 1
+        and not phrase[0].endswith("s")  # a noun of its own: "addresses and author ids"
+        and not whole(phrase)
+        and whole([*phrase, noun])
+        else phrase
+        for phrase in phrases
+    ]
 
 
 def _phrase(words: Iterable[str], stop: Iterable[str] = ()) -> list[str]:
@@ -719,6 +786,39 @@ def shown_groups(select: frozenset[SelectItem], slots: Slots) -> frozenset[Selec
     ):
         return select
     return select | {SelectItem("", column) for column in slots.group_by}
+
+
+_HOW_MANY_DIFFERENT = re.compile(
+    r"^\s*(?:how many|count the number of|what is the number of)\s+(?:\w+\s+)?"
+    r"(?:different|distinct|unique)\b",
+    re.IGNORECASE,
+)
+_TOGETHER = re.compile(r"\b(?:together|combined|altogether|in total)\b", re.IGNORECASE)
+
+
+def one_number_asked(
+    question: str,
+    schema: Schema,
+    select: frozenset[SelectItem],
+    keywords: frozenset[str],
+    slots: Slots,
+) -> tuple[frozenset[SelectItem], frozenset[str]] | None:
+    """A SELECT of one bare column where the question asks for one number: "how many different
+    types of pet" counts the distinct types (`count(DISTINCT pettype)`), "how much surface area
+    do they cover together" sums it. Not with GROUP BY; a sum only of a number column that is
+    no key. None where nothing changes."""
+    if len(select) != 1 or slots.group_by:
+        return None
+    (item,) = select
+    if item.aggregate or item.column == STAR:
+        return None
+    column = schema.columns[item.column]
+    if _HOW_MANY_DIFFERENT.search(question):
+        return frozenset({SelectItem("count", item.column)}), keywords | {"distinct"}
+    key = column.primary_key or any(k.column == item.column for k in schema.foreign_keys)
+    if _TOGETHER.search(question) and column.numeric and not key:
+        return frozenset({SelectItem("sum", item.column)}), keywords
+    return None
 
 
 _EXTREMES = {
@@ -820,6 +920,35 @@ def _moved(
     )
     group_by = frozenset(moves.get(c, c) for c in slots.group_by)
     return items, replace(slots, group_by=group_by)
+
+
+def spoken_group(
+    question: str, schema: Schema, select: frozenset[SelectItem], slots: Slots
+) -> tuple[frozenset[SelectItem], Slots] | None:
+    """`select` and slots grouped by the column the question groups by, "each year", "per
+    director", where the sketch groups by one column those words do not name: the one column
+    of a table the sketch reads that the words name whole, and nothing more. Shown where the
+    grouped column was shown. None where nothing changes, and where the words name a table
+    ("each product" groups by the product's key, whichever column names it).
+
+    Spider dev: the first sketch's SELECT 2 right that were not ("matches in each year"), none
+    lost; train: no sketch changes (a looser rule, the column named most, lost 17 and won 5)."""
+    if len(slots.group_by) != 1:
+        return None
+    (grouped,) = slots.group_by
+    read = {schema.columns[c].table for c in _columns_used(select, slots)}
+    columns = [c for c, column in enumerate(schema.columns) if column.table in read]
+    for match in _EACH.finditer(question):
+        phrase = _phrase(_QUESTION_WORD.findall(match[1].lower()))
+        if not phrase or _naming(schema, grouped, phrase):
+            continue
+        if tables_named_in("each " + " ".join(phrase), schema):
+            continue
+        namings = _namings(schema, tuple(phrase))
+        whole = [c for c in columns if namings[c][1] and namings[c][0] == len(phrase)]
+        if len(whole) == 1:
+            return _moved(select, slots, {grouped: whole[0]})
+    return None
 
 
 def _columns_used(select: frozenset[SelectItem], slots: Slots) -> set[int]:

@@ -50,6 +50,7 @@ from proxy.nl2sql.sketch import (
     named_tables,
     nearest_equals,
     one_nested_condition,
+    one_number_asked,
     ordered_by_a_quantity,
     ordered_by_frequency,
     read_by_name,
@@ -61,6 +62,7 @@ from proxy.nl2sql.sketch import (
     spoken_aggregates,
     spoken_columns,
     spoken_extreme,
+    spoken_group,
     spoken_order,
     spoken_select,
     tables_named_in,
@@ -251,13 +253,16 @@ def rank(
     as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`, `spoken_select`,
     `spoken_aggregate_of`), or one it lists as columns, some the pair's (`spoken_columns`); a
     grouped column the question gives a number of ("4 cylinders") becomes a WHERE condition
-    (`sketch.counted_by_value`), a column the SELECT averages (max, min) is not grouped by
+    (`sketch.counted_by_value`), a sketch grouped by one column is grouped by the one "each
+    year" names (`spoken_group`), a column the SELECT averages (max, min) is not grouped by
     (`grouped_by_its_aggregate`), a superlative that names a quantity orders by it, not by
     the count of a group (`ordered_by_a_quantity`); groups that aggregate nothing go
     (`grouped_without_aggregate`), a question that sorts "by frequency" groups and counts
     (`ordered_by_frequency`), and "youngest" and "oldest" order by an age or a birth
     date, in the direction they say (`spoken_age_order`), unless the question says the
-    direction in so many words ("from high to low": `in_said_direction`)."""
+    direction in so many words ("from high to low": `in_said_direction`); "how many different
+    ..." counts one column's distinct values and "... together" sums it
+    (`one_number_asked`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -329,6 +334,9 @@ def _spoken(
         if repaired is not None:
             select, chosen, pair_slots = repaired
     pair_slots = spoken_order(question, schema, select, pair_slots)
+    grouped = spoken_group(question, schema, select, pair_slots)
+    if grouped is not None:
+        select, pair_slots = grouped
     group_by = pair_slots.group_by
     spoken = (
         spoken_aggregates(question, schema, select, group_by)
@@ -345,6 +353,9 @@ def _spoken(
         if regrouped is not None:
             select, chosen, pair_slots = regrouped
     chosen, pair_slots = spoken_age_order(question, schema, select, chosen, pair_slots)
+    asked = one_number_asked(question, schema, select, chosen, pair_slots)
+    if asked is not None:
+        select, chosen = asked
     select = shown_groups(select, pair_slots)
     return select, in_said_direction(question, chosen), pair_slots
 

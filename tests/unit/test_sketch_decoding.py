@@ -38,6 +38,7 @@ from proxy.nl2sql.sketch import (
     aggregates_of_one_table,
     columns_of_named_tables,
     counted_by_value,
+    counted_per_key,
     equal_columns,
     from_candidates,
     grouped_by_its_aggregate,
@@ -50,6 +51,7 @@ from proxy.nl2sql.sketch import (
     names_table,
     nearest_equals,
     one_nested_condition,
+    one_number_asked,
     ordered_by_a_quantity,
     ordered_by_frequency,
     read_by_name,
@@ -63,6 +65,7 @@ from proxy.nl2sql.sketch import (
     spoken_aggregates,
     spoken_columns,
     spoken_extreme,
+    spoken_group,
     spoken_order,
     spoken_select,
     tables_named_in,
@@ -633,6 +636,53 @@ def test_named_tables_leave_a_counting_pair_with_a_subquery_to_the_model() -> No
     )
 
 
+DEPARTMENTS = Schema(
+    "college",
+    (Table("departments"), Table("degree_programs"), Table("courses")),
+    (
+        Column(0, "department_id", "number", primary_key=True),
+        Column(0, "department_name"),
+        Column(1, "degree_program_id", "number", primary_key=True),
+        Column(1, "department_id", "number"),
+        Column(2, "course_id", "number", primary_key=True),
+        Column(2, "department_id", "number"),
+    ),
+    (ForeignKey(column=3, referenced=0), ForeignKey(column=5, referenced=0)),
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "model", "group_by", "counted"),
+    [
+        # the question names the table whose rows are counted
+        ("Which department offers the most degree programs?", set(), {0}, {0, 1}),
+        ("Which department has the most courses?", {0, 1}, {0}, {0, 2}),
+        # not named: the one the sketch model's FROM holds
+        ("Which department has the most of them?", {0, 2}, {0}, {0, 2}),
+        # two tables reference departments and nothing tells which: unchanged
+        ("Which department has the most of them?", {0}, {0}, {0}),
+        # grouped by a column that is not the key: a count of departments per name
+        ("Which department name is used most?", {0, 1}, {1}, {0}),
+    ],
+)
+def test_counted_per_key(
+    question: str, model: set[int], group_by: set[int], counted: set[int]
+) -> None:
+    items = (SelectItem("", 1), SelectItem("count", STAR))
+    said = tables_named_in(question, DEPARTMENTS)
+    tables, grouped = frozenset({0}), frozenset(group_by)
+    found = counted_per_key(
+        DEPARTMENTS, items, grouped, tables, said=said, model_tables=frozenset(model)
+    )
+    assert found == frozenset(counted)
+    # a sum per key is no count of rows
+    summed = (SelectItem("", 1), SelectItem("sum", 2))
+    kept = counted_per_key(
+        DEPARTMENTS, summed, grouped, tables, said=said, model_tables=frozenset(model)
+    )
+    assert kept == tables
+
+
 def test_rank_tries_each_pairs_own_from_first() -> None:
     select = frozenset({SelectItem("", TITLE)})
     count = frozenset({SelectItem("count", STAR)})
@@ -1024,6 +1074,33 @@ def test_spoken_columns_adds_the_column_a_list_names() -> None:
     assert spoken_columns(later, CARS, frozenset({SelectItem("", 2)})) == found
 
 
+STUDENTS = Schema(
+    "students",
+    (Table("students"),),
+    (
+        Column(0, "student_id", "integer", primary_key=True),
+        Column(0, "first_name"),
+        Column(0, "middle_name"),
+        Column(0, "last_name"),
+        Column(0, "date_first_registered"),
+        Column(0, "email_address"),
+        Column(0, "cell_phone"),
+        Column(0, "home_phone"),
+    ),
+)
+
+
+def test_spoken_columns_reads_a_list_that_says_its_noun_once() -> None:
+    # "first, middle, and last names": first_name and middle_name, not date_first_registered
+    asked = "What are the first, middle, and last names of the earliest graduate?"
+    found = spoken_columns(asked, STUDENTS, frozenset({SelectItem("", 2), SelectItem("", 3)}))
+    assert found == frozenset({SelectItem("", 1), SelectItem("", 2), SelectItem("", 3)})
+    # "email" names its column without "phone"
+    asked = "List the email, cell phone and home phone of all the students."
+    found = spoken_columns(asked, STUDENTS, frozenset({SelectItem("", 6), SelectItem("", 7)}))
+    assert found == frozenset({SelectItem("", 5), SelectItem("", 6), SelectItem("", 7)})
+
+
 @pytest.mark.parametrize(
     ("question", "select"),
     [
@@ -1412,3 +1489,67 @@ def test_shown_groups() -> None:
         (best, Slots()),
     ):
         assert shown_groups(select, slots) == select
+
+
+MATCHES = Schema(
+    "tennis",
+    (Table("matches"), Table("players")),
+    (
+        Column(0, "match_num", "integer", primary_key=True),
+        Column(0, "year", "integer"),
+        Column(0, "winner_id", "integer"),
+        Column(0, "tourney_name"),
+        Column(1, "player_id", "integer", primary_key=True),
+        Column(1, "hand"),
+    ),
+    (ForeignKey(column=2, referenced=4),),
+)
+
+
+def test_spoken_group() -> None:
+    # "how many matches were played in each year": grouped by year, not by match_num
+    counted = frozenset({SelectItem("count", STAR), SelectItem("", 0)})
+    by_number = Slots(group_by=frozenset({0}))
+    found = spoken_group("How many matches were played in each year?", MATCHES, counted, by_number)
+    assert found == (
+        frozenset({SelectItem("count", STAR), SelectItem("", 1)}),
+        Slots(group_by=frozenset({1})),
+    )
+    # grouped by what the words name, or words naming no column, or none: as it is
+    for question in (
+        "How many matches were played for each match number?",
+        "How many matches were played in each season?",
+        "How many matches were played?",
+    ):
+        assert spoken_group(question, MATCHES, counted, by_number) is None
+    # a column of a table the sketch does not read is not taken ("each hand")
+    asked = "How many matches were won for each hand?"
+    assert spoken_group(asked, MATCHES, counted, by_number) is None
+    # two groups: not for this rule
+    two = Slots(group_by=frozenset({0, 3}))
+    assert spoken_group("How many matches in each year?", MATCHES, counted, two) is None
+
+
+def test_one_number_asked() -> None:
+    # CITIES: city.countrycode, city.population, country.code (key), .population, .gnp
+    shown = frozenset({SelectItem("", 3)})
+    none: frozenset[str] = frozenset()
+    asked = "How many different populations do the countries have?"
+    assert one_number_asked(asked, CITIES, shown, none, Slots()) == (
+        frozenset({SelectItem("count", 3)}),
+        frozenset({"distinct"}),
+    )
+    together = "How many people do the countries of Asia hold together?"
+    where = frozenset({"where"})
+    assert one_number_asked(together, CITIES, shown, where, Slots()) == (
+        frozenset({SelectItem("sum", 3)}),
+        where,
+    )
+    # a key is not summed; a grouped or aggregated SELECT, or another question: None
+    key = frozenset({SelectItem("", 2)})
+    assert one_number_asked(together, CITIES, key, none, Slots()) is None
+    grouped = Slots(group_by=frozenset({3}))
+    assert one_number_asked(asked, CITIES, shown, none, grouped) is None
+    summed = frozenset({SelectItem("max", 3)})
+    assert one_number_asked(asked, CITIES, summed, none, Slots()) is None
+    assert one_number_asked("What is the population of Asia?", CITIES, shown, none, Slots()) is None
