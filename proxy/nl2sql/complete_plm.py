@@ -56,7 +56,9 @@ sketch does not say:
 - A single numeric comparison (>, <, >=, <=) becomes BETWEEN when the question says "between
   5000 and 10000" or "1 to 2".
 - `col = value` where the question says "value or other" and `other` is a literal of the same
-  kind left over becomes `col IN (value, other)` ("state 'NY' or 'CA'", "English or Dutch").
+  kind left over becomes `col IN (value, other)` ("state 'NY' or 'CA'", "English or Dutch"); so
+  does a comparison of two numbers the question says with no comparison word ("aged either 32
+  or 33").
 - A comparison on a numeric column with no number left, in a question that says "average"
   ("weighing less than the average"), compares with the column's average over its table, the
   direction read from the words before "average" (as a nested comparison below).
@@ -727,13 +729,19 @@ _OR_BETWEEN = re.compile(
 def _or_partner(query: _Query, predicate: Predicate, values: Sequence[Literal]) -> Literal | None:
     """For `col = value` where the question says "value or other" ("state 'NY' or 'CA'",
     "English or Dutch") and `other` is an unused literal of the same kind: `other` (marked used),
-    so that the predicate becomes `col IN (value, other)`."""
-    if predicate.nested or predicate.operator not in ("=", "!=") or len(values) != 1:
+    so that the predicate becomes `col IN (value, other)`. Also for a comparison the slot head
+    chose where the question says two numbers so with no comparison word ("aged either 32 or
+    33")."""
+    if predicate.nested or len(values) != 1:
         return None
     first = values[0]
     span = _find_span(query.question, first)
     if span is None:
         return None
+    if predicate.operator not in ("=", "!="):
+        said = _operator_cue(query.question, span)
+        if predicate.operator not in _DIRECTIONS or first.kind != "number" or said != "=":
+            return None
     for position, literal in enumerate(query.pool):
         if query.used[position] or literal.kind != first.kind or literal == first:
             continue

@@ -492,6 +492,24 @@ CASES = (
         where=(("singer.country", "="),),
     ),
     Case(
+        # two numbers said as alternatives, whatever comparison the slot head chose
+        "Which singers are aged either 32 or 33?",
+        ("singer.name",),
+        ("singer",),
+        'SELECT name FROM singer WHERE "Age" IN (32, 33)',
+        keywords=("where",),
+        where=(("singer.age", ">"),),
+    ),
+    Case(
+        # a comparison the question says stays one: the second number is left over
+        "Which singers are older than 32 or 33?",
+        ("singer.name",),
+        ("singer",),
+        'SELECT name FROM singer WHERE "Age" > 32',
+        keywords=("where",),
+        where=(("singer.age", ">"),),
+    ),
+    Case(
         # "and" between the values is not a list of alternatives: the second is left over
         "Which singers are from 'France' and sing 'Hello'?",
         ("singer.name",),
