@@ -916,6 +916,14 @@ AREAS = Schema(
         ("Which country has the largest population?", SelectItem("", 1), SelectItem("", 1)),
         ("Which country is the most recent?", SelectItem("", 1), SelectItem("", 1)),
         ("List the countries by area.", SelectItem("", 1), SelectItem("", 1)),
+        # "ordered by", "sorted by", "in alphabetical order of" name the column too
+        ("List the countries, ordered by their names.", SelectItem("", 1), SelectItem("", 0)),
+        ("Show countries sorted by surface area.", SelectItem("", 1), SelectItem("", 2)),
+        (
+            "List the countries in ascending alphabetical order of name.",
+            SelectItem("", 2),
+            SelectItem("", 0),
+        ),
         # an aggregate is left alone
         (
             "Which country has the largest area?",
