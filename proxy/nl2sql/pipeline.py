@@ -242,6 +242,15 @@ _NEGATION_SAID = re.compile(
 _NEGATION_WRITTEN = re.compile(r"\bNOT\b|<>|!=|\bEXCEPT\b", re.IGNORECASE)
 
 
+def _code_of_a_word(question: str, value: str) -> bool:
+    """Whether a value is a code in capitals that the question says only as one of its common
+    words, in lower case: "is", "in", "by" and "do" are no country codes 'IS', 'IN', 'BY' and
+    'DO' ("where Chinese is spoken")."""
+    if not value.isupper() or value.casefold() not in _STOP_WORDS:
+        return False
+    return re.search(rf"\b{re.escape(value)}\b", question) is None
+
+
 def capitalised_names(question: str) -> set[str]:
     """The question's runs of capitalised words and their shorter runs, case-folded, leaving
     out its first word (capitalised as the start of a sentence): "the country in Asia", "by Ben
@@ -737,7 +746,11 @@ class _Run:
                 k=20,
                 min_score=self.settings.value_match,
             )
-            self._found[tables] = [c for c in found if c.column in self._column_numbers]
+            self._found[tables] = [
+                c
+                for c in found
+                if c.column in self._column_numbers and not _code_of_a_word(self.question, c.value)
+            ]
         return self._found[tables]
 
     def _with_named_values(self, sketch: Sketch) -> Sketch:
@@ -745,9 +758,10 @@ class _Run:
         tables that the question names in capitals ("the country in Asia with the lowest life
         expectancy": continent = 'Asia') where the sketch filters on no such column: the sketch
         model often leaves such a condition out. Only where every condition the sketch has
-        takes a value the question typed, so that a value already meant for one is not given to
-        two, and never beside OR. Words of the schema's names ("Package Option") and words
-        inside a quoted string are no such values."""
+        takes a value the question typed or a capitalised value of its own column ("the student
+        named Timmothy Ward" under first_name = ?: last_name = 'Ward' is added), so that a value
+        already meant for one is not given to two, and never beside OR. Words of the schema's
+        names ("Package Option") and words inside a quoted string are no such values."""
         typed = [t for t in self._typed if t.kind == "string"]
         unquoted = self.question
         for literal in typed:
@@ -757,8 +771,7 @@ class _Run:
         said = capitalised_names(unquoted) - self._schema_words
         if not said or self.index is None or sketch.slots.where_or:
             return sketch
-        if sum(self._wants_value(p) for p in sketch.slots.where) > len(typed):
-            return sketch
+        wanting = {p.column for p in sketch.slots.where if self._wants_value(p)}
         schema = self._schema
         names = tuple(sorted(schema.tables[t].name for t in sketch.tables))
         try:
@@ -771,13 +784,24 @@ class _Run:
                 raise
             return sketch  # the values stage says why when it looks again
         taken = {str(t.value).casefold() for t in typed}
+        for value in found:
+            # a condition the question names a value of in capitals takes that value ("named
+            # Timmothy Ward": first_name 'Timmothy'), so that the rest may go to other columns
+            column = self._column_numbers[value.column]
+            if column in wanting and value.value.casefold() in said - taken:
+                wanting.discard(column)
+                taken.add(value.value.casefold())
+        if len(wanting) > len(typed):
+            return sketch
         filtered = {p.column for p in sketch.slots.where}
         added: list[Predicate] = []
         for value in found:
             column = self._column_numbers[value.column]
             folded = value.value.casefold()
-            if folded not in said or folded in taken or column in filtered:
+            if folded not in said or column in filtered:
                 continue
+            if any(f" {folded} " in f" {t} " for t in taken):
+                continue  # a value taken, or words of one ("Jetblue" of "Jetblue Airways")
             if schema.columns[column].table not in sketch.tables or not self._is_text(column):
                 continue
             added.append(Predicate(column, "="))
