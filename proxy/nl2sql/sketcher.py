@@ -42,6 +42,7 @@ from proxy.nl2sql.sketch import (
     columns_of_named_tables,
     counted_by_value,
     from_candidates,
+    grouped_by_asked,
     grouped_by_its_aggregate,
     grouped_without_aggregate,
     in_said_direction,
@@ -64,6 +65,7 @@ from proxy.nl2sql.sketch import (
     spoken_extreme,
     spoken_group,
     spoken_order,
+    spoken_recency,
     spoken_select,
     tables_named_in,
 )
@@ -254,12 +256,15 @@ def rank(
     `spoken_aggregate_of`), or one it lists as columns, some the pair's (`spoken_columns`); a
     grouped column the question gives a number of ("4 cylinders") becomes a WHERE condition
     (`sketch.counted_by_value`), a sketch grouped by one column is grouped by the one "each
-    year" names (`spoken_group`), a column the SELECT averages (max, min) is not grouped by
+    year" names (`spoken_group`), one grouped by its table's key that counts by the column
+    "which grades" names (`grouped_by_asked`), a column the SELECT averages (max, min) is not
+    grouped by
     (`grouped_by_its_aggregate`), a superlative that names a quantity orders by it, not by
     the count of a group (`ordered_by_a_quantity`); groups that aggregate nothing go
     (`grouped_without_aggregate`), a question that sorts "by frequency" groups and counts
     (`ordered_by_frequency`), and "youngest" and "oldest" order by an age or a birth
-    date, in the direction they say (`spoken_age_order`), unless the question says the
+    date, in the direction they say (`spoken_age_order`), "most recent" and "earliest" by
+    the one date column (`spoken_recency`), unless the question says the
     direction in so many words ("from high to low": `in_said_direction`); "how many different
     ..." counts one column's distinct values and "... together" sums it
     (`one_number_asked`)."""
@@ -337,6 +342,7 @@ def _spoken(
     grouped = spoken_group(question, schema, select, pair_slots)
     if grouped is not None:
         select, pair_slots = grouped
+    pair_slots = grouped_by_asked(question, schema, select, pair_slots) or pair_slots
     group_by = pair_slots.group_by
     spoken = (
         spoken_aggregates(question, schema, select, group_by)
@@ -353,6 +359,9 @@ def _spoken(
         if regrouped is not None:
             select, chosen, pair_slots = regrouped
     chosen, pair_slots = spoken_age_order(question, schema, select, chosen, pair_slots)
+    recent = spoken_recency(question, schema, select, chosen, pair_slots)
+    if recent is not None:
+        chosen, pair_slots = recent
     asked = one_number_asked(question, schema, select, chosen, pair_slots)
     if asked is not None:
         select, chosen = asked

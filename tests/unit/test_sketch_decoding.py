@@ -41,6 +41,7 @@ from proxy.nl2sql.sketch import (
     counted_per_key,
     equal_columns,
     from_candidates,
+    grouped_by_asked,
     grouped_by_its_aggregate,
     grouped_without_aggregate,
     in_said_direction,
@@ -67,6 +68,7 @@ from proxy.nl2sql.sketch import (
     spoken_extreme,
     spoken_group,
     spoken_order,
+    spoken_recency,
     spoken_select,
     tables_named_in,
     valid_keywords,
@@ -1561,3 +1563,58 @@ def test_one_number_asked() -> None:
     summed = frozenset({SelectItem("max", 3)})
     assert one_number_asked(asked, CITIES, summed, none, Slots()) is None
     assert one_number_asked("What is the population of Asia?", CITIES, shown, none, Slots()) is None
+
+
+TREATMENTS = Schema(
+    "kennels",
+    (Table("treatments"),),
+    (
+        Column(0, "treatment_id", "integer", primary_key=True),
+        Column(0, "cost_of_treatment", "integer"),
+        Column(0, "date_of_treatment", "datetime"),
+    ),
+)
+
+
+def test_spoken_recency() -> None:
+    # "how much does the most recent treatment cost": by its date, not by its cost
+    select = frozenset({SelectItem("", 1)})
+    by_cost = Slots(order_by=(SelectItem("", 1),), limit=1)
+    ordered = frozenset({"order by", "desc", "limit"})
+    asked = "How much does the most recent treatment cost?"
+    by_date = replace(by_cost, order_by=(SelectItem("", 2),))
+    assert spoken_recency(asked, TREATMENTS, select, ordered, by_cost) == (ordered, by_date)
+    earliest = "What did the earliest treatment cost?"
+    found = spoken_recency(earliest, TREATMENTS, select, ordered, by_cost)
+    assert found == (frozenset({"order by", "asc", "limit"}), by_date)
+    # ordered by the date already, by an aggregate, or another question: None
+    assert spoken_recency(asked, TREATMENTS, select, ordered, by_date) is None
+    counted = Slots(order_by=(SelectItem("count", STAR),), limit=1)
+    assert spoken_recency(asked, TREATMENTS, select, ordered, counted) is None
+    assert spoken_recency("What is the highest cost?", TREATMENTS, select, ordered, by_cost) is None
+
+
+SCHOOLERS = Schema(
+    "network",
+    (Table("highschooler"),),
+    (
+        Column(0, "id", "integer", primary_key=True),
+        Column(0, "name"),
+        Column(0, "grade", "integer"),
+    ),
+)
+
+
+def test_grouped_by_asked() -> None:
+    # "which grades have 4 or more high schoolers": by grade; by id each group counts 1
+    select = frozenset({SelectItem("", 2)})
+    by_id = Slots(group_by=frozenset({0}), having=(SelectItem("count", STAR),))
+    asked = "Which grades have 4 or more high schoolers?"
+    by_grade = replace(by_id, group_by=frozenset({2}))
+    assert grouped_by_asked(asked, SCHOOLERS, select, by_id) == by_grade
+    # the words after "which" name a table, or no shown column; no count; no key: None
+    for question in ("Which high schoolers have 4 or more friends?", "Which ones have 4 or more?"):
+        assert grouped_by_asked(question, SCHOOLERS, select, by_id) is None
+    uncounted = replace(by_id, having=(SelectItem("max", 2),))
+    assert grouped_by_asked(asked, SCHOOLERS, select, uncounted) is None
+    assert grouped_by_asked(asked, SCHOOLERS, select, by_grade) is None
