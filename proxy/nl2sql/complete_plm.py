@@ -54,7 +54,8 @@ sketch does not say:
   fifth of Spider dev), and with NOT LIKE where the head said LIKE; a value after "contains",
   "substring" or "the letter" is matched with LIKE where the head said =.
 - A single numeric comparison (>, <, >=, <=) becomes BETWEEN when the question says "between
-  5000 and 10000" or "1 to 2".
+  5000 and 10000" or "1 to 2"; a BETWEEN with one number that the question compares ("less than
+  200000") becomes that comparison.
 - `col = value` where the question says "value or other" and `other` is a literal of the same
   kind left over becomes `col IN (value, other)` ("state 'NY' or 'CA'", "English or Dutch"); so
   does a comparison of two numbers the question says with no comparison word ("aged either 32
@@ -155,6 +156,7 @@ from proxy.nl2sql.sketch import (
     said_direction,
     shown_groups,
     tables_named_in,
+    wholly_named,
 )
 
 # --- literals -----------------------------------------------------------------------------------
@@ -682,6 +684,14 @@ def _where_clause(query: _Query) -> str:
             said = _cued_operator(query.question, predicate.operator, values[0])
         else:
             said = predicate.operator
+        if said in _COMPARED and values and values[0].kind == "number" and not target.numeric:
+            compared = _compared_column(query, values[0], outer, predicates)
+            if compared is not None:
+                name, target = writer.column(compared), schema.columns[compared]
+        elif said in ("like", "not like") and values:
+            compared = _compared_column(query, values[0], outer, predicates, text=True)
+            if compared is not None:
+                name, target = writer.column(compared), schema.columns[compared]
         operator = _SQL_OPERATORS.get(said, said.upper())
         if predicate.nested and predicate.operator in ("in", "not in"):
             subquery = _membership(writer, predicate.column, outer, query.question)
@@ -690,6 +700,14 @@ def _where_clause(query: _Query) -> str:
             aggregate = _nested_aggregate(query.question, predicate.operator)
             whole = _whole_table(writer, aggregate, predicate.column)
             conditions.append(f"{name} {operator} {whole}")
+        elif (
+            predicate.operator == "between"
+            and len(values) == 1
+            and (cue := _operator_cue(query.question, _find_span(query.question, values[0])))
+            in (">", "<", ">=", "<=")
+        ):
+            # "earnings less than 200000" under a BETWEEN the slot head chose: one bound
+            conditions.append(f"{name} {cue} {_value(values[0], target)}")
         elif len(values) < _needs(predicate):
             implied = _compared_with_average(query.question, predicate, target)
             if implied is None:
@@ -724,6 +742,53 @@ _QUOTES = "'\"`\u2018\u2019\u201c\u201d"
 _OR_BETWEEN = re.compile(
     rf"^[\s{_QUOTES}]*(?:,\s*)?(?:or|and/or)\s+(?:the\s+)?[\s{_QUOTES}]*$", re.IGNORECASE
 )
+
+
+_COMPARED = (">", "<", ">=", "<=")
+_COMPARISON_WORDS = re.compile(
+    r"\b(?:is|are|was|were)?\s*(?:greater|more|larger|bigger|higher|later|older|longer|less"
+    r"|fewer|smaller|lower|earlier|younger|shorter)\s+than\s*$",
+    re.IGNORECASE,
+)
+_CONTAINING_WORDS = re.compile(
+    r"\b(?:(?:that|which)\s+)?(?:contains?|containing|includes?|including)"
+    r"(?:\s+(?:the|a)\s+(?:substring|word|letters?|string))?\s*[\"'`\u2018\u201c]*$",
+    re.IGNORECASE,
+)
+
+
+def _compared_column(
+    query: _Query,
+    literal: Literal,
+    tables: set[int],
+    predicates: Sequence[Predicate],
+    *,
+    text: bool = False,
+) -> int | None:
+    """The column of the query's tables that the words right before "greater than", "later
+    than" (...) name whole, numeric, where the slot put the number on a column that holds no
+    numbers: "templates with a version number later than 5" compares version_number, not
+    template_type_code; with `text`, the text column named before "containing" for a LIKE
+    ("a city containing the substring 'West'": city, not street). None where the words name
+    no such column, or more than one, or one another condition is on."""
+    span = _find_span(query.question, literal)
+    if span is None:
+        return None
+    before = query.question[: span[0]]
+    cue = (_CONTAINING_WORDS if text else _COMPARISON_WORDS).search(before)
+    if cue is None:
+        return None
+    words = re.findall(r"[a-z0-9]+", before[: cue.start()].lower())[-2:]
+    schema = query.schema
+    taken = {p.column for p in predicates}
+    found = [
+        c
+        for c in wholly_named(schema, words)
+        if schema.columns[c].table in tables
+        and schema.columns[c].numeric != text
+        and c not in taken
+    ]
+    return found[0] if len(found) == 1 else None
 
 
 def _or_partner(query: _Query, predicate: Predicate, values: Sequence[Literal]) -> Literal | None:

@@ -747,6 +747,13 @@ def _namings(schema: Schema, phrase: tuple[str, ...]) -> tuple[tuple[int, bool],
     return tuple(found)
 
 
+def wholly_named(schema: Schema, words: Sequence[str]) -> list[int]:
+    """The columns all of whose own words `words` say (`_naming`): "version number" names
+    templates.version_number."""
+    namings = _namings(schema, tuple(w.lower() for w in words))
+    return [c for c, (said, whole) in enumerate(namings) if said and whole]
+
+
 def spoken_aggregate_of(
     question: str, schema: Schema, select: frozenset[SelectItem]
 ) -> frozenset[SelectItem] | None:

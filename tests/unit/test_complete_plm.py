@@ -510,6 +510,34 @@ CASES = (
         where=(("singer.age", ">"),),
     ),
     Case(
+        # a number compared in words goes to the numeric column those words name, not to the
+        # text column the slot head chose
+        "Which singers have an age greater than 30?",
+        ("singer.name",),
+        ("singer",),
+        'SELECT name FROM singer WHERE "Age" > 30',
+        keywords=("where",),
+        where=(("singer.country", "="),),
+    ),
+    Case(
+        # a LIKE goes to the text column named before "containing", not the slot head's
+        "Which singers come from a country containing the letter 'e'?",
+        ("singer.name",),
+        ("singer",),
+        "SELECT name FROM singer WHERE country ILIKE '%e%'",
+        keywords=("where",),
+        where=(("singer.name", "like"),),
+    ),
+    Case(
+        # a BETWEEN with one number the question compares is that comparison
+        "Stadiums with a capacity less than 5000",
+        ("stadium.name",),
+        ("stadium",),
+        "SELECT name FROM stadium WHERE capacity < 5000",
+        keywords=("where",),
+        where=(("stadium.capacity", "between"),),
+    ),
+    Case(
         # "and" between the values is not a list of alternatives: the second is left over
         "Which singers are from 'France' and sing 'Hello'?",
         ("singer.name",),
