@@ -913,6 +913,7 @@ class _Run:
                     key=lambda c: (
                         -c.score,
                         schema.columns[self._column_numbers[c.column]].table != home,
+                        -len(c.value.split()),  # "Central Africa" before "Africa"
                     ),
                 )
                 chosen = own[0] if own else (others[0] if others else None)

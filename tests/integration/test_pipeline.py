@@ -296,6 +296,19 @@ def test_a_value_named_word_for_word_wins_over_one_named_in_part(world: str) -> 
     assert answer.rows == rows_of(world, gold)
 
 
+def test_a_longer_value_named_word_for_word_wins_over_its_words(world: str) -> None:
+    # "Central Africa" is region's value, word for word; "Africa" alone is continent's
+    with psycopg.connect(world) as conn:
+        conn.read_only = True
+        answer = load_pipeline(settings()).answer(
+            "What is the average life expectancy for countries in the region of Central Africa?",
+            PsycopgDatabase(conn),
+        )
+    assert answer.sql is not None and "'Central Africa'" in answer.sql, answer.trace
+    gold = "SELECT avg(lifeexpectancy) FROM country WHERE region = 'Central Africa'"
+    assert answer.rows == rows_of(world, gold)
+
+
 @pytest.fixture(scope="module")
 def tvshow(postgres: Postgres) -> Iterator[str]:
     """Spider's tvshow: tv_channel, and tv_series and cartoon that reference it by a text key."""
