@@ -684,7 +684,7 @@ def _where_clause(query: _Query) -> str:
             said = _cued_operator(query.question, predicate.operator, values[0])
         else:
             said = predicate.operator
-        if said in _COMPARED and values and values[0].kind == "number" and not target.numeric:
+        if said in _COMPARED and values and values[0].kind == "number":
             compared = _compared_column(query, values[0], outer, predicates)
             if compared is not None:
                 name, target = writer.column(compared), schema.columns[compared]
@@ -740,7 +740,10 @@ def _where_clause(query: _Query) -> str:
 
 _QUOTES = "'\"`\u2018\u2019\u201c\u201d"
 _OR_BETWEEN = re.compile(
-    rf"^[\s{_QUOTES}]*(?:,\s*)?(?:or|and/or)\s+(?:the\s+)?[\s{_QUOTES}]*$", re.IGNORECASE
+    rf"^[\s{_QUOTES}]*(?:,\s*)?(?:or|and/or)\s+(?:the\s+)?"
+    r"(?:[a-z]+\s+(?:[a-z]+\s+)?(?:of|in)\s+(?:the\s+)?)?"  # "Hawaii or the state of Wisconsin"
+    rf"[\s{_QUOTES}]*$",
+    re.IGNORECASE,
 )
 
 
@@ -766,11 +769,12 @@ def _compared_column(
     text: bool = False,
 ) -> int | None:
     """The column of the query's tables that the words right before "greater than", "later
-    than" (...) name whole, numeric, where the slot put the number on a column that holds no
-    numbers: "templates with a version number later than 5" compares version_number, not
-    template_type_code; with `text`, the text column named before "containing" for a LIKE
-    ("a city containing the substring 'West'": city, not street). None where the words name
-    no such column, or more than one, or one another condition is on."""
+    than" (...) name whole, numeric, where the slot put the number on another column:
+    "templates with a version number later than 5" compares version_number, not
+    template_type_code; "a surface area greater than 3000" surfacearea, not population; with
+    `text`, the text column named before "containing" for a LIKE ("a city containing the
+    substring 'West'": city, not street). None where the words name no such column, or more
+    than one, or one another condition is on (the slot's own included)."""
     span = _find_span(query.question, literal)
     if span is None:
         return None
@@ -813,8 +817,12 @@ def _or_partner(query: _Query, predicate: Predicate, values: Sequence[Literal]) 
         if literal.column is not None and literal.column != first.column:
             continue
         other = _find_span(query.question, literal)
-        between = query.question[span[1] : other[0]] if other is not None else ""
-        if other is not None and other[0] >= span[1] and _OR_BETWEEN.match(between):
+        if other is None:
+            continue
+        # "English or Dutch", or "Dutch or English" with English the value taken first
+        first_span, second_span = (span, other) if other[0] >= span[1] else (other, span)
+        between = query.question[first_span[1] : second_span[0]]
+        if second_span[0] >= first_span[1] and _OR_BETWEEN.match(between):
             query.used[position] = True
             return literal
     return None

@@ -492,6 +492,25 @@ CASES = (
         where=(("singer.country", "="),),
     ),
     Case(
+        # "or the country of" between the two values: still a list of alternatives
+        "Which singers are from either the country of 'France' or the country of 'Spain'?",
+        ("singer.name",),
+        ("singer",),
+        "SELECT name FROM singer WHERE country IN ('France', 'Spain')",
+        keywords=("where",),
+        where=(("singer.country", "="),),
+    ),
+    Case(
+        # the value taken first is the second the question says ("Dutch or English")
+        "Which singers are from 'Spain' or 'France'?",
+        ("singer.name",),
+        ("singer",),
+        "SELECT name FROM singer WHERE country IN ('France', 'Spain')",
+        keywords=("where",),
+        where=(("singer.country", "="),),
+        literals=(Literal("France", "string"), Literal("Spain", "string")),
+    ),
+    Case(
         # two numbers said as alternatives, whatever comparison the slot head chose
         "Which singers are aged either 32 or 33?",
         ("singer.name",),
@@ -518,6 +537,15 @@ CASES = (
         'SELECT name FROM singer WHERE "Age" > 30',
         keywords=("where",),
         where=(("singer.country", "="),),
+    ),
+    Case(
+        # and from a numeric column the words do not name to one they do
+        "Which concerts have a year greater than 2010?",
+        ("concert.concert_name",),
+        ("concert",),
+        "SELECT concert_name FROM concert WHERE year > 2010",
+        keywords=("where",),
+        where=(("concert.stadium_id", ">"),),
     ),
     Case(
         # a LIKE goes to the text column named before "containing", not the slot head's
