@@ -17,6 +17,7 @@ import pytest
 from benchmarks.spider_pg import load_database
 from proxy.config import LLMSettings, Settings
 from proxy.migrate import migrate
+from proxy.nl2sql.answer import Answer
 from proxy.nl2sql.database import PsycopgDatabase
 from proxy.nl2sql.llm import BlockingLLM
 from proxy.nl2sql.pipeline import NO_ANSWER, Pipeline, load_pipeline
@@ -75,6 +76,13 @@ def settings(**pipeline: object) -> Settings:
     for key, value in pipeline.items():
         setattr(chosen.pipeline, key, value)
     return chosen
+
+
+def ask(dsn: str, question: str) -> Answer:
+    """The PLM-only pipeline's answer to `question` over a read-only connection to `dsn`."""
+    with psycopg.connect(dsn) as conn:
+        conn.read_only = True
+        return load_pipeline(settings()).answer(question, PsycopgDatabase(conn))
 
 
 @pytest.fixture
@@ -221,11 +229,7 @@ def flights(postgres: Postgres) -> Iterator[str]:
 
 
 def test_a_quoted_string_moves_a_predicate_off_a_number_column(flights: str) -> None:
-    with psycopg.connect(flights) as conn:
-        conn.read_only = True
-        answer = load_pipeline(settings()).answer(
-            "Which airline has abbreviation 'UAL'?", PsycopgDatabase(conn)
-        )
+    answer = ask(flights, "Which airline has abbreviation 'UAL'?")
     values = [row for row in answer.trace if row.stage == "values"]
     assert values and "flights.airline -> airlines.abbreviation" in values[0].calibration
     assert answer.sql is not None and "abbreviation = 'UAL'" in answer.sql, answer.trace
@@ -244,11 +248,7 @@ def world(postgres: Postgres) -> Iterator[str]:
 def test_values_stage_looks_in_the_tables_the_question_names(world: str) -> None:
     # the sketch reads countrylanguage alone (its language column for "republics"); the
     # question names countries, and country.governmentform holds 'Republic'
-    with psycopg.connect(world) as conn:
-        conn.read_only = True
-        answer = load_pipeline(settings()).answer(
-            "How many countries have governments that are republics?", PsycopgDatabase(conn)
-        )
+    answer = ask(world, "How many countries have governments that are republics?")
     values = [row for row in answer.trace if row.stage == "values"]
     assert values and "-> country.governmentform" in values[0].calibration, answer.trace
     assert answer.sql is not None and "governmentform = 'Republic'" in answer.sql
@@ -275,9 +275,7 @@ def test_values_stage_looks_in_the_tables_the_question_names(world: str) -> None
     ],
 )
 def test_a_common_word_is_no_code_in_capitals(world: str, question: str, gold: str) -> None:
-    with psycopg.connect(world) as conn:
-        conn.read_only = True
-        answer = load_pipeline(settings()).answer(question, PsycopgDatabase(conn))
+    answer = ask(world, question)
     assert answer.sql is not None, answer.trace
     assert not any(f"'{code}'" in answer.sql for code in ("IS", "IN", "DO", "BY")), answer.sql
     assert answer.rows == rows_of(world, gold)
@@ -286,11 +284,7 @@ def test_a_common_word_is_no_code_in_capitals(world: str, question: str, gold: s
 def test_a_value_named_word_for_word_wins_over_one_named_in_part(world: str) -> None:
     # the sketch filters country.region, whose 'Nordic Countries' the question names only by
     # "countries"; continent's 'Asia' it names word for word
-    with psycopg.connect(world) as conn:
-        conn.read_only = True
-        answer = load_pipeline(settings()).answer(
-            "Count the number of countries in Asia.", PsycopgDatabase(conn)
-        )
+    answer = ask(world, "Count the number of countries in Asia.")
     assert answer.sql is not None and "'Asia'" in answer.sql, answer.trace
     gold = "SELECT count(*) FROM country WHERE continent = 'Asia'"
     assert answer.rows == rows_of(world, gold)
@@ -298,12 +292,10 @@ def test_a_value_named_word_for_word_wins_over_one_named_in_part(world: str) -> 
 
 def test_a_longer_value_named_word_for_word_wins_over_its_words(world: str) -> None:
     # "Central Africa" is region's value, word for word; "Africa" alone is continent's
-    with psycopg.connect(world) as conn:
-        conn.read_only = True
-        answer = load_pipeline(settings()).answer(
-            "What is the average life expectancy for countries in the region of Central Africa?",
-            PsycopgDatabase(conn),
-        )
+    answer = ask(
+        world,
+        "What is the average life expectancy for countries in the region of Central Africa?",
+    )
     assert answer.sql is not None and "'Central Africa'" in answer.sql, answer.trace
     gold = "SELECT avg(lifeexpectancy) FROM country WHERE region = 'Central Africa'"
     assert answer.rows == rows_of(world, gold)
@@ -340,9 +332,7 @@ def test_a_quoted_string_keeps_its_condition(tvshow: str, question: str, gold: s
     # "channel" beside the column that holds the quoted string): the condition on the column
     # holding it stays, the others are left out, rather than every condition, or a second value
     # made up for the column that already has one
-    with psycopg.connect(tvshow) as conn:
-        conn.read_only = True
-        answer = load_pipeline(settings()).answer(question, PsycopgDatabase(conn))
+    answer = ask(tvshow, question)
     assert answer.sql is not None, answer.trace
     assert answer.rows == rows_of(tvshow, answer.sql)
     assert sorted(answer.rows) == sorted(rows_of(tvshow, gold)), answer.trace
@@ -358,12 +348,7 @@ def templates(postgres: Postgres) -> Iterator[str]:
 def test_two_codes_joined_by_or_are_both_asked_for(templates: str) -> None:
     # neither code is a word the value index finds by meaning: both are read as codes the
     # column holds
-    with psycopg.connect(templates) as conn:
-        conn.read_only = True
-        answer = load_pipeline(settings()).answer(
-            "What are the ids of templates with template type code PP or PPT?",
-            PsycopgDatabase(conn),
-        )
+    answer = ask(templates, "What are the ids of templates with template type code PP or PPT?")
     assert answer.sql is not None and "'PPT'" in answer.sql, answer.trace
     gold = "SELECT template_id FROM templates WHERE template_type_code IN ('PP', 'PPT')"
     assert sorted(answer.rows) == sorted(rows_of(templates, gold)), answer.sql
