@@ -9,7 +9,9 @@ any fuzzy match, the literal itself (up to case and accents) is looked for at ev
 value that exists in a sibling column beats a look-alike in the predicted one ('Boston' is a
 city before it is near 'Massachusetts'). The query is rewritten on its
 syntax tree (pglast, PostgreSQL's own parser), never by string replacement: the literal, and
-when the value was found in another column of a table the query already reads, the column too.
+when the value was found in another column of a table the query already reads, the column too
+(a LIKE pattern whose text that column's values contain keeps its pattern and only moves:
+"contains 'North'" is every state with North in it, not the one value found).
 A value found in a table the query does not read is reported, not applied (a completer can use
 it: joining a table is beyond a literal's repair). Once a predicate has moved, the table its
 old column was read from may have nothing left to do in the query: `without_join` drops such a
@@ -407,8 +409,16 @@ class _Matching:
             score, candidate = match
             found_in = (candidate.column.schema, candidate.column.table)
             source = next((s for s in predicate.sources if (s.schema, s.table) == found_in), None)
+            # a pattern whose text the found column holds stays the pattern: "contains the
+            # substring 'North'" matches every state with North in it, not 'NorthDakota' alone
+            value = (
+                literal
+                if predicate.pattern
+                and _pattern_matches(index, candidate.column, core, fold_case=predicate.fold_case)
+                else start + candidate.value + end
+            )
             if source is not None:
-                predicate.set_literal(start + candidate.value + end)
+                predicate.set_literal(value)
                 if candidate.column != predicate.column:
                     predicate.column_node.fields = (
                         ast.String(sval=source.qualifier),
@@ -418,7 +428,7 @@ class _Matching:
                 predicate.column,
                 literal,
                 candidate.column,
-                candidate.value,
+                value if value == literal else candidate.value,
                 round(score, 4),
                 level,
                 applied=source is not None,

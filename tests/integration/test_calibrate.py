@@ -54,6 +54,8 @@ EXAMPLES = [
     ("s.last_name IN ('ward', 'Garcia')", "s.last_name IN ('Ward', 'Garcia')"),  # case, in a list
     ("s.home_city ILIKE '%honolul%'", None),  # a pattern that matches already
     ("s.home_city LIKE '%honolul%'", "s.home_city LIKE '%Honolulu%'"),  # LIKE is case-sensitive
+    # a pattern in the wrong column moves to one whose values contain it, as a pattern
+    ("s.home_state ILIKE '%Honolul%'", "s.home_city ILIKE '%Honolul%'"),
     ("s.enrolled_year = '2021'", None),  # a number, not calibrated into a string
     ("s.last_name = 'Ward'", None),  # already correct
     ("s.last_name = 'Zzyzx-Qwerty'", None),  # nothing close enough: left alone
