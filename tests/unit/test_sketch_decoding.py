@@ -940,6 +940,21 @@ def test_spoken_order(question: str, order_by: SelectItem, expected: SelectItem)
     assert spoken_order(question, AREAS, select, slots) == replace(slots, order_by=(expected,))
 
 
+def test_spoken_order_keeps_the_one_ordered_column_the_words_name() -> None:
+    # "in alphabetical order of name" over ORDER BY surfacearea, name: by name alone
+    select = frozenset({SelectItem("", 0), SelectItem("", 2)})
+    two = Slots(order_by=(SelectItem("", 2), SelectItem("", 0)))
+    asked = "List the countries and their areas in ascending alphabetical order of name."
+    assert spoken_order(asked, AREAS, select, two).order_by == (SelectItem("", 0),)
+    # a count: by the shown column "order by" names; "the most common" orders by the count
+    counted = Slots(group_by=frozenset({0}), order_by=(SelectItem("count", STAR),))
+    listed = frozenset({SelectItem("", 0), SelectItem("count", STAR)})
+    asked = "Show each name and how many countries have it. Order by name."
+    assert spoken_order(asked, AREAS, listed, counted).order_by == (SelectItem("", 0),)
+    common = "What is the most common name of countries?"
+    assert spoken_order(common, AREAS, listed, counted) == counted
+
+
 CARS = Schema(
     "cars",
     (Table("cars"), Table("makers")),
@@ -1592,6 +1607,10 @@ def test_spoken_recency() -> None:
     counted = Slots(order_by=(SelectItem("count", STAR),), limit=1)
     assert spoken_recency(asked, TREATMENTS, select, ordered, counted) is None
     assert spoken_recency("What is the highest cost?", TREATMENTS, select, ordered, by_cost) is None
+    # ordered by the cost and the date: by the date alone
+    both = replace(by_cost, order_by=(SelectItem("", 1), SelectItem("", 2)))
+    recently = "What did the most recently performed treatment cost?"
+    assert spoken_recency(recently, TREATMENTS, select, ordered, both) == (ordered, by_date)
 
 
 SCHOOLERS = Schema(
