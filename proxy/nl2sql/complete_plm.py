@@ -359,8 +359,8 @@ _CUES_BEFORE = (
 )
 _CUES_AFTER = (
     (re.compile(r"^\s*to\s+(?:\d|" + _WORD_ALTERNATIVES + r")"), "between"),
-    (re.compile(r"^\s*or\s+(?:more|greater|above|higher|over)\b"), ">="),
-    (re.compile(r"^\s*or\s+(?:less|fewer|below|lower|under)\b"), "<="),
+    (re.compile(r"^\s*or\s+(?:more|greater|above|higher|over|after|later|older)\b"), ">="),
+    (re.compile(r"^\s*or\s+(?:less|fewer|below|lower|under|before|earlier|younger)\b"), "<="),
 )
 
 

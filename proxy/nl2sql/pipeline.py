@@ -42,7 +42,7 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -78,7 +78,7 @@ from proxy.nl2sql.prompts import (
     sketch_completion,
 )
 from proxy.nl2sql.schema import Schema, catalog_fingerprint, introspect, words_of
-from proxy.nl2sql.sketch import STAR, Predicate, Sketch, Slots, tables_named_in
+from proxy.nl2sql.sketch import STAR, Predicate, Sketch, Slots, plurals, tables_named_in
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
 from proxy.runtime import load_embedder
 from proxy.valueindex.common import Candidate, ColumnRef, Embedder, Scope, ValueIndexError
@@ -242,13 +242,23 @@ _NEGATION_SAID = re.compile(
 _NEGATION_WRITTEN = re.compile(r"\bNOT\b|<>|!=|\bEXCEPT\b", re.IGNORECASE)
 
 
-def _code_of_a_word(question: str, value: str) -> bool:
+def code_of_a_word(question: str, value: str) -> bool:
     """Whether a value is a code in capitals that the question says only as one of its common
     words, in lower case: "is", "in", "by" and "do" are no country codes 'IS', 'IN', 'BY' and
     'DO' ("where Chinese is spoken")."""
     if not value.isupper() or value.casefold() not in _STOP_WORDS:
         return False
     return re.search(rf"\b{re.escape(value)}\b", question) is None
+
+
+def named_by_schema_words(question: str, value: str, schema_words: Container[str]) -> bool:
+    """Whether the question names a value only by words that name tables or columns
+    (`schema_words`, lower case): "the stadium with the most concerts" says no 'Bayview
+    Stadium'. A value it names by none of its words (found by meaning: "French" -> 'France')
+    is not."""
+    said = {w.casefold() for w in _WORD.findall(question)}
+    shared = {w.casefold() for w in _WORD.findall(value)} & said
+    return bool(shared) and all(w in schema_words for w in shared)
 
 
 def capitalised_names(question: str) -> set[str]:
@@ -749,7 +759,9 @@ class _Run:
             self._found[tables] = [
                 c
                 for c in found
-                if c.column in self._column_numbers and not _code_of_a_word(self.question, c.value)
+                if c.column in self._column_numbers
+                and not code_of_a_word(self.question, c.value)
+                and not named_by_schema_words(self.question, c.value, self._schema_words)
             ]
         return self._found[tables]
 
@@ -1062,7 +1074,7 @@ class _Run:
             schema = self._schema
             names = [t.name for t in schema.tables] + [c.name for c in schema.columns]
             self._names = {w for name in names for w in words_of(name).split()}
-            self._names |= {f"{w}s" for w in self._names}
+            self._names |= {p for w in self._names for p in plurals(w)}
         return self._names
 
     @property

@@ -548,6 +548,15 @@ CASES = (
         where=(("concert.stadium_id", ">"),),
     ),
     Case(
+        # "2014 or after" is at least 2014
+        "Which concerts were held in 2014 or after?",
+        ("concert.concert_name",),
+        ("concert",),
+        "SELECT concert_name FROM concert WHERE year >= 2014",
+        keywords=("where",),
+        where=(("concert.year", "="),),
+    ),
+    Case(
         # a LIKE goes to the text column named before "containing", not the slot head's
         "Which singers come from a country containing the letter 'e'?",
         ("singer.name",),

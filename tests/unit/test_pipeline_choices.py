@@ -11,9 +11,11 @@ import pytest
 from proxy.nl2sql.pipeline import (
     anti_join,
     capitalised_names,
+    code_of_a_word,
     counts_single_rows,
     echoes_its_value,
     ignores_a_negation,
+    named_by_schema_words,
     without_left_tables,
 )
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
@@ -205,3 +207,35 @@ def test_counts_single_rows(sql: str, single: bool) -> None:
 )
 def test_capitalised_names(question: str, names: set[str]) -> None:
     assert capitalised_names(question) == names
+
+
+@pytest.mark.parametrize(
+    ("question", "value", "code"),
+    [
+        ("What is the number of continents where Chinese is spoken?", "IS", True),
+        ("How much do the countries in the Caribbean cover?", "DO", True),
+        ("Which countries have the code IS?", "IS", False),  # written in capitals: a code
+        ("Which templates have type code PP?", "PP", False),  # no common word
+        ("Which country is in Asia?", "Asia", False),  # not in capitals
+    ],
+)
+def test_code_of_a_word(question: str, value: str, code: bool) -> None:
+    assert code_of_a_word(question, value) is code
+
+
+@pytest.mark.parametrize(
+    ("question", "value", "only"),
+    [
+        # "stadium" names a table: it says no 'Bayview Stadium'
+        ("What is the capacity of the stadium with the most concerts?", "Bayview Stadium", True),
+        # a plural of a schema word: "countries" says no 'Nordic Countries'
+        ("How many languages do the countries speak?", "Nordic Countries", True),
+        # a word of the value that names nothing in the schema: the value is named
+        ("What is the capacity of Bayview Stadium?", "Bayview Stadium", False),
+        # no word shared (a value found by meaning): not for this rule
+        ("How many French singers are there?", "France", False),
+    ],
+)
+def test_named_by_schema_words(question: str, value: str, only: bool) -> None:
+    schema_words = {"stadium", "stadiums", "country", "countrys", "countries", "capacity"}
+    assert named_by_schema_words(question, value, schema_words) is only
