@@ -96,7 +96,8 @@ sketch does not say:
   around it ("at least 2" >=, "more than one" >, "fewer than 3" <, "2 or more" >=, "between 1
   and 2" / "1 to 2" BETWEEN), `=` without a cue. With no number left, a count is compared
   `> 1` (groups of more than one row, the usual reading of "shared by", "more than once"), any
-  other aggregate raises ("no value"). With the keyword "nested" and no nested WHERE predicate,
+  other aggregate raises ("no value"); an item the slots repeat counts once. With the keyword
+  "nested" and no nested WHERE predicate,
   the first HAVING item is compared with its aggregate over the whole table.
 - ORDER BY: `slots.order_by` in order, DESC when the keywords say "desc", unless the question
   says the direction in so many words ("descending", "from high to low", "alphabetical") or a
@@ -981,7 +982,8 @@ def _having_clause(query: _Query) -> str:
         if not query.used[i] and _as_number(str(literal.value)) is not None
     ]
     conditions: list[str] = []
-    for index, item in enumerate(slots.having):
+    having = list(dict.fromkeys(slots.having))  # the same aggregate twice asks for one number
+    for index, item in enumerate(having):
         name = writer.item(item)
         if index == 0 and nested and item.column != STAR:
             aggregate = item.aggregate or _nested_aggregate(question, ">")
@@ -995,6 +997,12 @@ def _having_clause(query: _Query) -> str:
         literal = numbers.pop(0)
         value = _number_text(_number(literal))
         operator = _operator_cue(question, _find_span(question, literal))
+        if item.aggregate in ("avg", "sum", "max", "min"):
+            # "whose average life expectancy is longer than 72": the column the words name
+            tables = {j.table for j in query.joined}
+            compared = _compared_column(query, literal, tables, ())
+            if compared is not None and compared != item.column:
+                name = writer.item(SelectItem(item.aggregate, compared))
         if operator == "between" and numbers:
             conditions.append(f"{name} BETWEEN {value} AND {_number_text(_number(numbers.pop(0)))}")
             continue

@@ -187,6 +187,16 @@ CASES = (
         having=("count(*)",),
     ),
     Case(
+        # the words before "greater than" name the aggregated column; the slots repeat the item
+        "Which countries have singers whose average age is greater than 30?",
+        ("singer.country",),
+        ("singer",),
+        'SELECT country FROM singer GROUP BY country HAVING avg("Age") > 30',
+        keywords=("group by", "having"),
+        group_by=("singer.country",),
+        having=("avg(singer.singer_id)", "avg(singer.singer_id)"),
+    ),
+    Case(
         "Which locations hosted at least 2 concerts?",
         ("stadium.location",),
         ("stadium", "concert"),
