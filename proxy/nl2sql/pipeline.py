@@ -936,9 +936,6 @@ class _Run:
                     chosen = others[0]
                 if chosen is None and self._is_text(predicate.column):
                     chosen = self._guess_value(predicate.column, taken)
-                if chosen is None and self._is_text(predicate.column) and not typed:
-                    # the only value the question can mean is unquoted: it may be a sibling's
-                    chosen = self._guess_sibling(predicate, taken, predicates)
                 if chosen is None:
                     continue
                 column = self._column_numbers[chosen.column]
@@ -1036,34 +1033,10 @@ class _Run:
         closest to one of the question's words or word pairs (calibration's hybrid similarity,
         at its threshold: "French" -> 'France'). Words that name tables or columns are not
         values."""
-        found = self._guess_scored(column, taken)
-        return found[1] if found is not None else None
-
-    def _guess_sibling(
-        self, predicate: Predicate, taken: set[str], predicates: Sequence[Predicate]
-    ) -> Candidate | None:
-        """For a text predicate whose own column gives no guess, in a question that quotes no
-        value: the best guess (`_guess_value`) among the other text columns of its table that no
-        other condition is on ("French singers" under singer.name = ?: country 'France'). The
-        predicate moves there."""
-        schema = self._schema
-        table = schema.columns[predicate.column].table
-        used = {p.column for p in predicates}
-        guesses = [
-            found
-            for c in schema.table_columns[table]
-            if c not in used and self._is_text(c)
-            for found in [self._guess_scored(c, taken)]
-            if found is not None
-        ]
-        return max(guesses, key=lambda g: g[0])[1] if guesses else None
-
-    def _guess_scored(self, column: int, taken: set[str]) -> tuple[float, Candidate] | None:
-        """`_guess_value`'s guess with its similarity (1.0 for a code in capitals)."""
         assert self.index is not None
         code = self._guess_code(column, taken)
         if code is not None:
-            return 1.0, code
+            return code
         ref = self._column_ref(column)
         tokens = _WORD.findall(self.question)
         names = self._schema_words
@@ -1082,7 +1055,7 @@ class _Run:
                 continue
             if best is None or match[0] > best[0]:
                 best = match
-        return best
+        return best[1] if best is not None else None
 
     def _guess_code(self, column: int, taken: set[str]) -> Candidate | None:
         """A code the question writes in capitals ("the PPT template") that the column holds,

@@ -355,21 +355,6 @@ def test_two_codes_joined_by_or_are_both_asked_for(templates: str) -> None:
     assert len(answer.rows) > len(rows_of(templates, gold.replace(", 'PPT'", "")))
 
 
-@pytest.fixture(scope="module")
-def concerts(postgres: Postgres) -> Iterator[str]:
-    """Spider's concert_singer: singers with their names and countries ('France', ...)."""
-    with spider_database(postgres, "concert_singer") as dsn:
-        yield dsn
-
-
-def test_an_unquoted_value_goes_to_the_sibling_column_that_holds_it(concerts: str) -> None:
-    # the sketch asks singer.name for a value; "French" is no name but a country's
-    answer = ask(concerts, "What is the average, minimum, and maximum age for all French singers?")
-    assert answer.sql is not None and "'France'" in answer.sql, answer.trace
-    gold = "SELECT avg(age), min(age), max(age) FROM singer WHERE country = 'France'"
-    assert sorted(answer.rows[0], key=float) == sorted(rows_of(concerts, gold)[0], key=float)
-
-
 def test_schema_is_cached_until_ddl_changes_it(
     university: str, conn: psycopg.Connection[Any]
 ) -> None:
