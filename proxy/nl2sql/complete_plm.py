@@ -685,12 +685,9 @@ def _where_clause(query: _Query) -> str:
             said = _cued_operator(query.question, predicate.operator, values[0])
         else:
             said = predicate.operator
-        if said in _COMPARED and values and values[0].kind == "number":
-            compared = _compared_column(query, values[0], outer, predicates)
-            if compared is not None:
-                name, target = writer.column(compared), schema.columns[compared]
-        elif said in ("like", "not like") and values:
-            compared = _compared_column(query, values[0], outer, predicates, text=True)
+        pattern = said in ("like", "not like")
+        if values and (pattern or (said in _COMPARED and values[0].kind == "number")):
+            compared = _compared_column(query, values[0], outer, predicates, text=pattern)
             if compared is not None:
                 name, target = writer.column(compared), schema.columns[compared]
         operator = _SQL_OPERATORS.get(said, said.upper())
@@ -705,7 +702,7 @@ def _where_clause(query: _Query) -> str:
             predicate.operator == "between"
             and len(values) == 1
             and (cue := _operator_cue(query.question, _find_span(query.question, values[0])))
-            in (">", "<", ">=", "<=")
+            in _COMPARED
         ):
             # "earnings less than 200000" under a BETWEEN the slot head chose: one bound
             conditions.append(f"{name} {cue} {_value(values[0], target)}")
