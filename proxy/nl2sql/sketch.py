@@ -687,7 +687,7 @@ def _elided(schema: Schema, phrases: list[list[str]]) -> list[list[str]]:
         return phrases
 
     def whole(phrase: list[str]) -> bool:
-        return any(whole for _, whole in _namings(schema, tuple(phrase)))
+        return any(entire for _, entire in _namings(schema, tuple(phrase)))
 
     noun = phrases[-1][-1]
     return [
@@ -1433,9 +1433,9 @@ def _dated(schema: Schema, column: int) -> bool:
     """Whether a column holds dates: by its type, or by the word "date" in its name."""
     kind = schema.columns[column].type.lower()
     return (
-        kind in ("date", "datetime", "timestamp")
+        kind in ("date", "datetime")
         or kind.startswith("timestamp")
-        or ("date" in schema.columns[column].label.lower().split())
+        or "date" in schema.columns[column].label.lower().split()
     )
 
 
