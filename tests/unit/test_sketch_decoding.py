@@ -576,6 +576,18 @@ def test_named_tables_keep_the_model_tables_the_question_names() -> None:
     assert named_tables(MUSIC, select, Slots(), said, model) == frozenset({SINGER, SONG})
 
 
+def test_named_tables_leave_the_tables_a_subquery_names_to_it() -> None:
+    select = frozenset({SelectItem("", NAME)})
+    asked = "List the name of singers that do not have any song."
+    model = frozenset({SINGER, SONG})
+    said = tables_named_in(asked, MUSIC)
+    assert SONG in said
+    without = Slots(where=(Predicate(0, "not in", nested=True),))
+    assert named_tables(MUSIC, select, without, said, model) == frozenset({SINGER})
+    # a plain condition keeps the named table the model holds
+    assert named_tables(MUSIC, select, Slots(), said, model) == frozenset({SINGER, SONG})
+
+
 @pytest.mark.parametrize(
     ("question", "named"),
     [
