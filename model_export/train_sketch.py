@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from model_export.training import add_hardware_arguments, use_bf16
+from model_export.training import add_hardware_arguments, progress, use_bf16
 from proxy.nl2sql.encoding import EncodedWindow, WindowEncoder, batch
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.sketch import (
@@ -306,6 +306,10 @@ def predict(model: Any, examples: Sequence[Example], batch_size: int) -> list[Sk
             )
             for row, item in enumerate(items):
                 outputs[item] = (column[row], table[row], question[row])
+            done = start + len(items)
+            if done == len(flat) or (start // batch_size) % 20 == 0:
+                progress(f"  scoring: {done}/{len(flat)} windows")
+    sys.stderr.write("\n")
     result = []
     for e, example in enumerate(examples):
         result.append(scores_of(example, [outputs[(e, w)] for w in range(len(example.windows))]))
