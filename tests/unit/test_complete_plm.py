@@ -961,6 +961,7 @@ def test_every_dev_gold_sketch_completes(dev: list[tuple[Schema, dict[str, str]]
     [
         ("flight_2", "flights.SourceAirport", "airports.AirportCode"),  # ends with a table's name
         ("car_1", "model_list.Maker", "car_makers.Id"),  # a table's last word
+        ("car_1", "car_names.Model", "model_list.Model"),  # a table's first word, namesake
         ("flight_4", "routes.dst_apid", "airports.apid"),  # a role before the key's name
         ("company_office", "Office_locations.building_id", "buildings.id"),  # X_id -> Xs.id
         ("customer_deliveries", "Order_Deliveries.driver_employee_id", "Employees.employee_id"),
