@@ -452,13 +452,8 @@ class _Writer:
         name = self.column(item.column)
         if not item.aggregate:
             return name
-        if item.aggregate in ("avg", "sum") and _TEXT_TYPE.match(
-            self.schema.columns[item.column].type
-        ):
-            # numbers kept as text: the ones that read as numbers, cast (the rest are NULL)
-            name = (
-                f"CASE WHEN {name} ~ {_string_constant(_NUMBER_PATTERN)} THEN {name}::numeric END"
-            )
+        # numbers kept as text: the ones that read as numbers, cast (the rest are NULL)
+        name = _compared(name, self.schema.columns[item.column], item.aggregate)
         return f"{item.aggregate}(DISTINCT {name})" if distinct else f"{item.aggregate}({name})"
 
     def from_clause(self, joined: Sequence[JoinStep]) -> str:
@@ -697,7 +692,7 @@ def _where_clause(query: _Query) -> str:
         elif predicate.nested and predicate.operator in _COMPARISONS:
             aggregate = _nested_aggregate(query.question, predicate.operator)
             whole = _whole_table(writer, aggregate, predicate.column)
-            conditions.append(f"{name} {operator} {whole}")
+            conditions.append(f"{_compared(name, target, aggregate)} {operator} {whole}")
         elif (
             predicate.operator == "between"
             and len(values) == 1
@@ -715,7 +710,7 @@ def _where_clause(query: _Query) -> str:
                     column=predicate.column,
                 )
             whole = _whole_table(writer, "avg", predicate.column)
-            conditions.append(f"{name} {implied} {whole}")
+            conditions.append(f"{_compared(name, target, 'avg')} {implied} {whole}")
         elif (partner := _or_partner(query, predicate, values)) is not None:
             listed = f"{_value(values[0], target)}, {_value(partner, target)}"
             conditions.append(f"{name} {'NOT IN' if said == '!=' else 'IN'} ({listed})")
@@ -869,10 +864,12 @@ _AVERAGE = re.compile(r"\b(?:the\s+)?(?:average|mean)\b", re.I)
 
 
 def _compared_with_average(question: str, predicate: Predicate, column: Column) -> str | None:
-    """For a comparison on a numeric column that found no value: the operator of "below the
-    average", "higher than average" (the cue before the word, else the slot's), or None when the
-    question compares with no average."""
-    if predicate.operator not in _COMPARISONS or not column.numeric:
+    """For a comparison on a numeric column (or numbers kept as text) that found no value: the
+    operator of "below the average", "higher than average" (the cue before the word, else the
+    slot's), or None when the question compares with no average."""
+    if predicate.operator not in _COMPARISONS:
+        return None
+    if not column.numeric and not _TEXT_TYPE.match(column.type):
         return None
     match = _AVERAGE.search(question)
     if match is None:
@@ -883,9 +880,21 @@ def _compared_with_average(question: str, predicate: Predicate, column: Column) 
 
 
 def _whole_table(writer: _Writer, aggregate: str, column: int) -> str:
-    """`(SELECT aggregate(column) FROM its table)`."""
-    source = writer.table(writer.schema.columns[column].table)
-    return f"(SELECT {aggregate}({writer.column(column, bare=True)}) FROM {source})"  # noqa: S608 (quoted names)
+    """`(SELECT aggregate(column) FROM its table)`; avg and sum of numbers kept as text take
+    the values that read as numbers (`_compared`)."""
+    target = writer.schema.columns[column]
+    source = writer.table(target.table)
+    name = _compared(writer.column(column, bare=True), target, aggregate)
+    return f"(SELECT {aggregate}({name}) FROM {source})"  # noqa: S608 (quoted names)
+
+
+def _compared(name: str, column: Column, aggregate: str) -> str:
+    """A text column's values as numbers (those that read as numbers, the rest NULL) where it
+    is averaged or summed, or compared with its average or sum: PostgreSQL has no avg(text) and
+    no text < numeric (Spider's dogs.age is text: "dogs of an age below the average")."""
+    if aggregate not in ("avg", "sum") or not _TEXT_TYPE.match(column.type):
+        return name
+    return f"CASE WHEN {name} ~ {_string_constant(_NUMBER_PATTERN)} THEN {name}::numeric END"
 
 
 def _group_clause(query: _Query) -> str:

@@ -768,6 +768,18 @@ CASES = (
         " ~ '^\\s*[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?\\s*$'"
         " THEN copies::numeric END) FROM record",
     ),
+    Case(
+        # numbers kept as text, compared with their average: both sides read as numbers
+        "How many records have fewer copies than the average?",
+        ("count(*)",),
+        ("record",),
+        "SELECT count(*) FROM record WHERE CASE WHEN copies ~ '^\\s*[-+]?([0-9]+\\.?[0-9]*|"
+        "\\.[0-9]+)([eE][-+]?[0-9]+)?\\s*$' THEN copies::numeric END < (SELECT avg(CASE WHEN"
+        " copies ~ '^\\s*[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?\\s*$' THEN"
+        " copies::numeric END) FROM record)",
+        keywords=("where", "nested"),
+        where=(("record.copies", "<"),),
+    ),
 )
 
 
