@@ -967,6 +967,22 @@ def test_spoken_order_keeps_the_one_ordered_column_the_words_name() -> None:
     assert spoken_order(common, AREAS, listed, counted) == counted
 
 
+def test_spoken_order_reads_a_shown_column_the_words_say_in_part() -> None:
+    # "ordered by id" of the document ids shown, counted per document: by document_id
+    documents = Schema(
+        "documents",
+        (Table("paragraphs"),),
+        (Column(0, "template_id", "number"), Column(0, "document_id", "number")),
+    )
+    counted = Slots(group_by=frozenset({1}), order_by=(SelectItem("count", STAR),))
+    shown = frozenset({SelectItem("", 1), SelectItem("count", STAR)})
+    asked = "Return the document ids and the number of paragraphs of each, ordered by id."
+    assert spoken_order(asked, documents, shown, counted).order_by == (SelectItem("", 1),)
+    # two shown columns the words say in part: left to the sketch
+    both = frozenset({SelectItem("", 0), SelectItem("", 1), SelectItem("count", STAR)})
+    assert spoken_order(asked, documents, both, counted) == counted
+
+
 CARS = Schema(
     "cars",
     (Table("cars"), Table("makers")),
