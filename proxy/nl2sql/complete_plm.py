@@ -453,7 +453,7 @@ class _Writer:
         if not item.aggregate:
             return name
         # numbers kept as text: the ones that read as numbers, cast (the rest are NULL)
-        name = _compared(name, self.schema.columns[item.column], item.aggregate)
+        name = _text_numbers(name, self.schema.columns[item.column], item.aggregate)
         return f"{item.aggregate}(DISTINCT {name})" if distinct else f"{item.aggregate}({name})"
 
     def from_clause(self, joined: Sequence[JoinStep]) -> str:
@@ -692,7 +692,7 @@ def _where_clause(query: _Query) -> str:
         elif predicate.nested and predicate.operator in _COMPARISONS:
             aggregate = _nested_aggregate(query.question, predicate.operator)
             whole = _whole_table(writer, aggregate, predicate.column)
-            conditions.append(f"{_compared(name, target, aggregate)} {operator} {whole}")
+            conditions.append(f"{_text_numbers(name, target, aggregate)} {operator} {whole}")
         elif (
             predicate.operator == "between"
             and len(values) == 1
@@ -710,7 +710,7 @@ def _where_clause(query: _Query) -> str:
                     column=predicate.column,
                 )
             whole = _whole_table(writer, "avg", predicate.column)
-            conditions.append(f"{_compared(name, target, 'avg')} {implied} {whole}")
+            conditions.append(f"{_text_numbers(name, target, 'avg')} {implied} {whole}")
         elif (partner := _or_partner(query, predicate, values)) is not None:
             listed = f"{_value(values[0], target)}, {_value(partner, target)}"
             conditions.append(f"{name} {'NOT IN' if said == '!=' else 'IN'} ({listed})")
@@ -881,14 +881,14 @@ def _compared_with_average(question: str, predicate: Predicate, column: Column) 
 
 def _whole_table(writer: _Writer, aggregate: str, column: int) -> str:
     """`(SELECT aggregate(column) FROM its table)`; avg and sum of numbers kept as text take
-    the values that read as numbers (`_compared`)."""
+    the values that read as numbers (`_text_numbers`)."""
     target = writer.schema.columns[column]
     source = writer.table(target.table)
-    name = _compared(writer.column(column, bare=True), target, aggregate)
+    name = _text_numbers(writer.column(column, bare=True), target, aggregate)
     return f"(SELECT {aggregate}({name}) FROM {source})"  # noqa: S608 (quoted names)
 
 
-def _compared(name: str, column: Column, aggregate: str) -> str:
+def _text_numbers(name: str, column: Column, aggregate: str) -> str:
     """A text column's values as numbers (those that read as numbers, the rest NULL) where it
     is averaged or summed, or compared with its average or sum: PostgreSQL has no avg(text) and
     no text < numeric (Spider's dogs.age is text: "dogs of an age below the average")."""
