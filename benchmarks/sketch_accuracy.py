@@ -9,7 +9,11 @@
    log-probability, pgnl's default; the aligner alone, the paper's; the sketch model alone, the
    ablation), and top-k under each (the gold part among the first K1 = 4 SELECT, K2 = 2 FROM and
    K3 = 2 KEYWORDS sets of the ranked sketches; and among the sketch model's own candidates,
-   before the rules that repair them). For the shipped models (the form manifest.json names),
+   before the rules that repair them). The sketch stage reads the values the question names, as
+   the pipeline gives it them from the value index: here from each dev database's SQLite file,
+   read under the value index's rules (`evaluate_sketch.spider_values`; wta_1 has no file, its
+   62 questions go without); one more row ranks as the default does without them (the schema
+   alone). For the shipped models (the form manifest.json names),
    and for the fp32 and int8 ONNX models when `build/onnx/` holds them (made by
    `python -m model_export.export_sketch`; on a fresh checkout, after
    `python -m model_export.restore_weights`).
@@ -35,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from model_export.evaluate_sketch import PARTS, Question, accuracy, dev_questions
+from model_export.evaluate_sketch import PARTS, SCHEMA_ONLY, Question, accuracy, dev_questions
 from proxy.nl2sql.sketcher import SKETCH_MODEL, Sketcher, load_sketcher
 from proxy.runtime import read_manifest, resolve_models_dir
 
@@ -50,6 +54,7 @@ ROW_NAMES = {
     "combined": "aligner log-odds + sketch log-probability (default)",
     "aligner": "aligner alone (the paper's ranking)",
     "sketch": "sketch model alone (no aligner: ablation)",
+    SCHEMA_ONLY: "default, without the database's values (schema only)",
 }
 
 

@@ -3,8 +3,10 @@ and KEYWORDS parts, top-1 (the first ranked sketch) and top-k (the gold part is 
 K3 hypotheses: the first K1 distinct SELECT sets, K2 FROM sets and K3 keyword sets of the ranked
 sketches, which is what the stage hands on), for three rankings of the SELECT x KEYWORDS pairs:
 the aligner's log-odds plus the sketch model's log-probability (pgnl's default), the aligner
-alone (the paper's), and the sketch model alone (the ablation without aligner). Also the top-k
-of the sketch model's own candidates, before the rules that repair them (`sketcher.rank`).
+alone (the paper's), and the sketch model alone (the ablation without aligner), each with the
+values each question names in its database (`value_evidence`, read from Spider's SQLite files as
+the value index would hold them); and the default without those values (`SCHEMA_ONLY`). Also the
+top-k of the sketch model's own candidates, before the rules that repair them (`sketcher.rank`).
 
 Every dev question counts: a gold query the sketch cannot represent (`sketch_labels.Unlabelable`)
 is a miss in every column. Used by `benchmarks.sketch_accuracy` and by the exporter (which records
@@ -13,7 +15,9 @@ the figures in manifest.json). No torch here.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
@@ -21,13 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.config import IndexSettings
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.sketch import Sketch
 from proxy.nl2sql.sketcher import Sketcher, rank
+from proxy.nl2sql.value_evidence import ColumnValues, NamedValues
+from proxy.valueindex.scan import SAMPLE_DISTINCT, name_skip_reason, sample_skip_reason, value_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 SPIDER = ROOT.parent / "shared" / "data" / "spider"
 RANKINGS = ("combined", "aligner", "sketch")
+SCHEMA_ONLY = "schema_only"  # the default ranking without the database's values
 PARTS = ("select", "from", "keywords")
 
 
@@ -36,6 +44,43 @@ class Question:
     question: str
     schema: Schema
     gold: Sketch | None
+    values: NamedValues | None = None
+    """The values of the question's database it names (None: the database has no content)."""
+
+
+def spider_values(
+    spider: Path, schema: Schema, settings: IndexSettings | None = None
+) -> dict[int, list[str]] | None:
+    """The values of each text column of a Spider database that the value index would hold
+    (`proxy.valueindex.scan`'s rules: no key or identifier columns, no columns of codes, numbers
+    or free text; the most frequent `max_distinct_per_column`), read from its SQLite file; None
+    when Spider ships no file for it."""
+    path = spider / "database" / schema.name / f"{schema.name}.sqlite"
+    if not path.exists():
+        return None
+    settings = settings if settings is not None else IndexSettings()
+    keys = {k.column for k in schema.foreign_keys} | {k.referenced for k in schema.foreign_keys}
+    found: dict[int, list[str]] = {}
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+        for index, column in enumerate(schema.columns):
+            if column.type != "text" or column.primary_key or index in keys:
+                continue
+            if name_skip_reason(column.name) is not None:
+                continue
+            table = schema.tables[column.table].name
+            rows = conn.execute(
+                f'SELECT "{column.name}", count(*) FROM "{table}" '  # noqa: S608
+                f'WHERE "{column.name}" IS NOT NULL GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT ?',
+                (settings.max_distinct_per_column,),
+            ).fetchall()
+            distinct = [str(value) for value, _ in rows]
+            if sample_skip_reason(distinct[:SAMPLE_DISTINCT], settings.max_value_length):
+                continue
+            kept = [v for v in distinct if value_shape(v, settings.max_value_length) is None]
+            if kept:
+                found[index] = kept
+    return found
 
 
 def dev_questions(spider: Path = SPIDER, limit: int = 0) -> list[Question]:
@@ -48,13 +93,19 @@ def dev_questions(spider: Path = SPIDER, limit: int = 0) -> list[Question]:
     if limit:
         entries = entries[:limit]
     questions = []
+    contents: dict[str, ColumnValues | None] = {}
     for entry in entries:
         schema = schemas[entry["db_id"]]
         try:
             gold: Sketch | None = label(entry["query"], schema)
         except Unlabelable:
             gold = None
-        questions.append(Question(entry["question"], schema, gold))
+        if schema.name not in contents:
+            read = spider_values(spider, schema)
+            contents[schema.name] = None if read is None else ColumnValues.of(read)
+        values = contents[schema.name]
+        named = None if values is None else NamedValues.spoken(entry["question"], schema, values)
+        questions.append(Question(entry["question"], schema, gold, named))
     return questions
 
 
@@ -83,26 +134,28 @@ def accuracy(
     before the ranking's rules (`rank` with `named`) add or change any."""
     settings = sketcher.settings
     ks = (settings.select_k, settings.from_k, settings.keywords_k)
-    rankings = RANKINGS if sketcher.aligns else ("sketch",)
     default = ("combined" if settings.combine else "aligner") if sketcher.aligns else "sketch"
+    rankings = (*(RANKINGS if sketcher.aligns else ("sketch",)), SCHEMA_ONLY)
     hits = {name: dict.fromkeys(PARTS, 0) for name in rankings}
     top_k_hits = {name: dict.fromkeys(PARTS, 0) for name in rankings}
     model_top_k = dict.fromkeys(PARTS, 0)
     started = time.monotonic()
     for number, item in enumerate(questions, 1):
-        found = sketcher.hypotheses(item.question, item.schema)
+        found = sketcher.hypotheses(item.question, item.schema, item.values)
         if item.gold is not None:
             gold = _parts(item.gold)
             for name in rankings:
+                ranking = default if name == SCHEMA_ONLY else name
                 ranked = rank(
                     found.scores,
                     found.selects,
                     found.keywords,
                     found.froms,
-                    None if name == "sketch" else found.aligned,
-                    combine=name == "combined",
+                    None if ranking == "sketch" else found.aligned,
+                    combine=ranking == "combined",
                     named=(item.schema, item.question) if settings.named_from else None,
                     more_where=settings.more_where_logit,
+                    values=None if name == SCHEMA_ONLY else item.values,
                 )
                 for part, mine, right in zip(PARTS, _parts(ranked[0]), gold, strict=True):
                     hits[name][part] += mine == right

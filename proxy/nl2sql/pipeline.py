@@ -42,7 +42,7 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -80,6 +80,13 @@ from proxy.nl2sql.prompts import (
 from proxy.nl2sql.schema import Schema, catalog_fingerprint, introspect, words_of
 from proxy.nl2sql.sketch import STAR, Predicate, Sketch, Slots, plurals, tables_named_in
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
+from proxy.nl2sql.value_evidence import (
+    STOP_WORDS,
+    NamedValues,
+    code_of_a_word,
+    named_by_schema_words,
+    runs,
+)
 from proxy.runtime import load_embedder
 from proxy.valueindex.common import Candidate, ColumnRef, Embedder, Scope, ValueIndexError
 from proxy.valueindex.lookup import ValueIndex
@@ -105,13 +112,6 @@ _OR = re.compile(r"\bor\b", re.I)
 _WORD = re.compile(r"[^\W_][\w'-]*")
 _CODE = re.compile(r"[A-Z][A-Z0-9]{1,4}")
 _EXACT = 0.999  # a value-index score of a value the question names word for word
-_STOP_WORDS = frozenset(
-    """a about above after all also an and any are as at be before below between both but by can
-    count different distinct do does each every find for from give has have how in is it its
-    list many maximum minimum more most much name names number of on or other show than that the
-    their them there these they this those to total was were what when where which who whose
-    with without average sum least fewest largest smallest highest lowest""".split()  # noqa: SIM905
-)
 _SCHEMA_CACHE = 64
 _CAPITALISED_RUN = re.compile(r"(?<![\w'])[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3}")
 
@@ -240,25 +240,6 @@ _NEGATION_SAID = re.compile(
     re.IGNORECASE,
 )
 _NEGATION_WRITTEN = re.compile(r"\bNOT\b|<>|!=|\bEXCEPT\b", re.IGNORECASE)
-
-
-def code_of_a_word(question: str, value: str) -> bool:
-    """Whether a value is a code in capitals that the question says only as one of its common
-    words, in lower case: "is", "in", "by" and "do" are no country codes 'IS', 'IN', 'BY' and
-    'DO' ("where Chinese is spoken")."""
-    if not value.isupper() or value.casefold() not in _STOP_WORDS:
-        return False
-    return re.search(rf"\b{re.escape(value)}\b", question) is None
-
-
-def named_by_schema_words(question: str, value: str, schema_words: Container[str]) -> bool:
-    """Whether the question names a value only by words that name tables or columns
-    (`schema_words`, lower case): "the stadium with the most concerts" says no 'Bayview
-    Stadium'. A value it names by none of its words (found by meaning: "French" -> 'France')
-    is not."""
-    said = {w.casefold() for w in _WORD.findall(question)}
-    shared = {w.casefold() for w in _WORD.findall(value)} & said
-    return bool(shared) and all(w in schema_words for w in shared)
 
 
 def capitalised_names(question: str) -> set[str]:
@@ -516,8 +497,9 @@ class _Run:
             step.outcome = f"{len(schema.tables)} tables, {len(schema.columns)} columns"
         self.schema = schema
         with self.stage("sketch") as step:
+            values = self._spoken_values()
             try:
-                sketches = self.pipeline.sketcher.sketch(self.question, schema)
+                sketches = self.pipeline.sketcher.sketch(self.question, schema, values)
             except ValueError as exc:
                 step.outcome = "nothing to ask about"
                 result.error = AnswerError(
@@ -527,6 +509,10 @@ class _Run:
                 )
                 return
             step.outcome = f"{len(sketches)} sketches"
+            if values is not None and values.columns:
+                step.note = "values named: " + ", ".join(
+                    f"{schema.qualified(c)} {sorted(v)}" for c, v in sorted(values.columns.items())
+                )
         fallback: _Candidate | None = None
         # answered, but leaves out a value or a "not" the question gave, only shows the value
         # it asks by, or counts groups of one row
@@ -764,6 +750,29 @@ class _Run:
                 and not named_by_schema_words(self.question, c.value, self._schema_words)
             ]
         return self._found[tables]
+
+    def _spoken_values(self) -> NamedValues | None:
+        """The values the question names word for word, by column, and the columns the value
+        index holds, for the sketch stage (`value_evidence`); None without an index."""
+        if self.index is None:
+            return None
+        try:
+            found = self.index.named_in(sorted(runs(self.question)))
+            indexed = self.index.indexed_columns()
+        except ValueIndexError as exc:
+            self._no_index(exc)
+            return None
+        except Exception as exc:
+            if _connection_lost(_sqlstate(exc)):
+                raise
+            return None  # the values stage says why when it looks again
+        numbers = self._column_numbers
+        return NamedValues.of(
+            self.question,
+            self._schema,
+            [(numbers[c.column], c.value) for c in found if c.column in numbers],
+            [numbers[ref] for ref in indexed if ref in numbers],
+        )
 
     def _with_named_values(self, sketch: Sketch) -> Sketch:
         """The sketch with a condition `column = value` for each value of a text column of its
@@ -1043,7 +1052,7 @@ class _Run:
         words = [
             t
             for t in tokens
-            if t.casefold() not in _STOP_WORDS and t.casefold() not in names and not t.isdigit()
+            if t.casefold() not in STOP_WORDS and t.casefold() not in names and not t.isdigit()
         ]
         pairs = [f"{a} {b}" for a, b in itertools.pairwise(tokens) if a in words and b in words]
         best: tuple[float, Candidate] | None = None

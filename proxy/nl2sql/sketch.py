@@ -951,7 +951,7 @@ def spoken_group(
     if len(slots.group_by) != 1:
         return None
     (grouped,) = slots.group_by
-    read = {schema.columns[c].table for c in _columns_used(select, slots)}
+    read = {schema.columns[c].table for c in columns_used(select, slots)}
     columns = [c for c, column in enumerate(schema.columns) if column.table in read]
     for match in _EACH.finditer(question):
         phrase = _phrase(_QUESTION_WORD.findall(match[1].lower()))
@@ -1005,7 +1005,7 @@ def grouped_by_asked(
     return replace(slots, group_by=frozenset(asked))
 
 
-def _columns_used(select: frozenset[SelectItem], slots: Slots) -> set[int]:
+def columns_used(select: frozenset[SelectItem], slots: Slots) -> set[int]:
     """The columns (not `*`) a sketch's SELECT and slots read."""
     return {
         *(i.column for i in (*select, *slots.having, *slots.order_by)),
@@ -1049,7 +1049,7 @@ def nearest_equals(
     moved: dict[int, int] = {}
     shown = [i.column for i in select if not i.aggregate and i.column in equals]
     for column in shown:
-        others = {schema.columns[c].table for c in _columns_used(select, slots) - {column}}
+        others = {schema.columns[c].table for c in columns_used(select, slots) - {column}}
         if not others:
             continue
 
@@ -1108,7 +1108,7 @@ def one_nested_condition(schema: Schema, select: frozenset[SelectItem], slots: S
     third stage of its recipe; no change with the first stage's."""
     equals = equal_columns(schema)
     nested = [p for p in slots.where if p.nested]
-    used = _columns_used(select, slots)
+    used = columns_used(select, slots)
     dropped: set[Predicate] = set()
     for n, first in enumerate(nested):
         for second in nested[n + 1 :]:
@@ -1159,7 +1159,7 @@ def columns_of_named_tables(
             moved[column] = same[0] if len(same) == 1 else column
         return moved[column]
 
-    used = _columns_used(select, slots)
+    used = columns_used(select, slots)
     for column in used:
         move(column)
     # A column alone in its table, where a table the other columns use has one of that name:
@@ -1422,7 +1422,7 @@ def spoken_recency(
     current = slots.order_by[0]
     if len(slots.order_by) > 1 or current.aggregate or current.column == STAR or dated:
         return None
-    read = {schema.columns[c].table for c in _columns_used(select, slots)}
+    read = {schema.columns[c].table for c in columns_used(select, slots)}
     dates = [
         c for c, column in enumerate(schema.columns) if column.table in read and _dated(schema, c)
     ]

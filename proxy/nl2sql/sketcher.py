@@ -9,7 +9,9 @@ The sketch model (ONNX) reads the question beside each window of the serialized 
 K1 most probable SELECT sets, K2 FROM sets and K3 keyword sets (`[sketch]` settings; the paper's
 4, 2, 2). The aligner (ONNX) re-ranks the K1 x K3 SELECT x KEYWORDS pairs; each pair is combined
 with every FROM set, and the sketches come back best first (by pair, then by FROM). Every sketch
-names only schema items that exist: the models pick items by position, never by text.
+names only schema items that exist: the models pick items by position, never by text. Given the
+values the question names in the database (`value_evidence.NamedValues`), a WHERE condition on
+a column that holds none of them moves to one that holds one (`rank`).
 
 Both models are verified against manifest.json when loaded, loaded once per settings and shared;
 a `Sketcher` is thread-safe (ONNX Runtime sessions may run concurrently).
@@ -69,6 +71,7 @@ from proxy.nl2sql.sketch import (
     spoken_select,
     tables_named_in,
 )
+from proxy.nl2sql.value_evidence import NamedValues, conditions_on_named_values
 from proxy.runtime import (
     choose_providers,
     create_session,
@@ -200,8 +203,11 @@ class Sketcher:
             ]
         )
 
-    def hypotheses(self, question: str, schema: Schema) -> Hypotheses:
-        """The top-k of each part and the ranked sketches for `question` over `schema`."""
+    def hypotheses(
+        self, question: str, schema: Schema, values: NamedValues | None = None
+    ) -> Hypotheses:
+        """The top-k of each part and the ranked sketches for `question` over `schema`; with
+        `values`, the database's values the question names (`rank`)."""
         if not schema.columns:
             raise ValueError(
                 f"schema {schema.name!r} has no column this role may read: there is nothing to "
@@ -223,12 +229,15 @@ class Sketcher:
             combine=settings.combine,
             named=(schema, question) if settings.named_from else None,
             more_where=settings.more_where_logit,
+            values=values,
         )
         return Hypotheses(scores, selects, froms, keywords, aligned, sketches)
 
-    def sketch(self, question: str, schema: Schema) -> list[Sketch]:
+    def sketch(
+        self, question: str, schema: Schema, values: NamedValues | None = None
+    ) -> list[Sketch]:
         """Ranked sketches, best first: K1 x K3 SELECT x KEYWORDS pairs, each with K2 FROMs."""
-        return self.hypotheses(question, schema).sketches
+        return self.hypotheses(question, schema, values).sketches
 
 
 def rank(
@@ -241,12 +250,16 @@ def rank(
     combine: bool,
     named: tuple[Schema, str] | None = None,
     more_where: float = 0.0,
+    values: NamedValues | None = None,
 ) -> list[Sketch]:
     """Sketches best first. A SELECT x KEYWORDS pair scores its aligner logit (`aligned`, in
     `itertools.product(selects, keywords)` order), plus the sketch model's log-probability of
     both parts when `combine`; without an aligner, that log-probability alone. Each pair is
     combined with every FROM set: ordered by pair, then by FROM probability. With `named` (the
-    schema and the question), a pair's first FROM set is the one its own columns call for
+    schema and the question), a WHERE condition on a column that holds none of the values the
+    question names (`values`, from the database) moves to one that holds one
+    (`value_evidence.conditions_on_named_values`); a pair's first FROM set is the one its own
+    columns call for
     (`sketch.named_tables`), scored as the model's best; a key shown or grouped by where its
     table's name is meant is read by that name (`read_by_name`), and one a key makes equal to
     a column of a nearer table is read there (`nearest_equals`; the sketches as they were
@@ -282,7 +295,7 @@ def rank(
         select, chosen = pairs[i][0][0], pairs[i][1][0]
         variants = [(select, chosen, slots[chosen])]
         if named is not None:
-            variants = _repaired(named, said, select, chosen, slots[chosen])
+            variants = _repaired(named, said, select, chosen, slots[chosen], values=values)
             if len(variants) > 1 and variants[1][0] == variants[0][0]:
                 variants.pop()
         for n, (shown, keywords_chosen, pair_slots) in enumerate(variants):
@@ -310,11 +323,17 @@ def _repaired(
     select: frozenset[SelectItem],
     chosen: frozenset[str],
     pair_slots: Slots,
+    *,
+    values: NamedValues | None = None,
 ) -> list[SketchParts]:
     """A pair's SELECT, KEYWORDS and slots after the rules `rank` lists; where
     `nearest_equals` moved a column, then also without that move (what it replaced, which
     `rank` proposes after everything else)."""
     schema, question = named
+    if values is not None:
+        pair_slots = conditions_on_named_values(
+            question, schema, select, pair_slots, values, said=said
+        )
     pair_slots = one_nested_condition(schema, select, pair_slots)
     select, pair_slots = columns_of_named_tables(question, schema, select, pair_slots, said)
     select, pair_slots = read_by_name(question, schema, select, pair_slots)

@@ -14,6 +14,8 @@ candidates, never an error.
 - `search_semantic(literal, scope, k)`: nearest values by meaning (cosine similarity of MiniLM
   embeddings), e.g. 'NY' → 'New York'.
 - `values_in(scope, limit)`: the most frequent values of a scope.
+- `named_in(runs)`: the values a text names word for word, given its runs of words.
+- `indexed_columns()`: the columns whose values the index holds.
 - `search_in_text(text, schema, tables, k, min_score)`: the values of some tables that a text names,
   by pg_trgm's strict word similarity ("flights to ATO" finds 'ATO').
 
@@ -183,6 +185,32 @@ class ValueIndex:
             ],
         )
         return self._candidates(rows)
+
+    def named_in(self, runs: Sequence[str]) -> list[Candidate]:
+        """The values whose normalised form is one of `runs` (score 1.0): the values a text
+        names word for word, given its runs of words (`value_evidence.runs`), found through
+        the btree index on `normalised` (migrations/0007), most frequent first."""
+        if not runs:
+            return []
+        rows = self._fetch(
+            """
+            SELECT v.schema_name, v.table_name, v.column_name, v.value, 1.0, v.frequency
+              FROM nl.value_index v
+             WHERE v.normalised = ANY($1::text[])
+               AND has_column_privilege(v.table_oid, v.column_attnum, 'SELECT')
+            """,
+            [list(runs)],
+        )
+        return self._candidates(rows)
+
+    def indexed_columns(self) -> list[ColumnRef]:
+        """The columns whose values the index holds, of those this role may read."""
+        rows = self._fetch(
+            "SELECT schema_name, table_name, column_name FROM nl.value_index_columns "
+            "WHERE has_column_privilege(table_oid, column_attnum, 'SELECT')",
+            [],
+        )
+        return [ColumnRef(schema, table, column) for schema, table, column in rows]
 
     def values_in(self, scope: Scope, limit: int = 100) -> list[Candidate]:
         """The scope's most frequent values (score 1.0), most frequent first."""

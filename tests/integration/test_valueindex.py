@@ -440,6 +440,17 @@ def test_lookups_return_only_what_the_asking_role_may_read(
         assert not index.contains(customer, "Alice Cooper")
         assert index.contains(customer, "Bruce Wayne")
         assert not index.contains(gold, "Sovereign")
+        # values named word for word: only those of columns this role may read
+        named = index.named_in(["mary poppins", "kestrel", "alice cooper", "sovereign", "x"])
+        assert [(c.column, c.value, c.score) for c in named] == [
+            (ref("agents", "cover_name"), "Mary Poppins", 1.0)
+        ]
+        assert index.named_in([]) == []
+        assert set(index.indexed_columns()) == {
+            ref("agents", "cover_name"),
+            ref("accounts", "owner_role"),
+            customer,
+        }
         columns = {
             tuple(row)
             for row in conn.execute("SELECT table_name, column_name FROM nl.value_index_columns")
@@ -471,6 +482,14 @@ def test_lookups_return_only_what_the_asking_role_may_read(
             )
         )
         assert "value_index_trigram" in trigram_plan
+        exact_plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN SELECT value FROM nl.value_index "
+                "WHERE normalised = ANY('{kestrel,mary poppins}'::text[])"
+            )
+        )
+        assert "value_index_normalised" in exact_plan
 
     with connect(postgres, db, "scram_user") as conn:
         index = ValueIndex(PsycopgDatabase(conn), embedder)
@@ -758,6 +777,9 @@ def test_scopes_name_a_column_a_table_or_the_database() -> None:
         Scope("public", None, "name")
 
 
+SEARCH_INDEXES = {"value_index_embedding", "value_index_trigram", "value_index_normalised"}
+
+
 def search_indexes(conn: Connection) -> set[str]:
     rows = conn.execute(
         "SELECT indexname FROM pg_indexes WHERE schemaname = 'nl' AND tablename = 'value_index' "
@@ -772,7 +794,7 @@ def test_a_bulk_refresh_rebuilds_the_search_indexes_in_one_pass(
     db = new_database(SAMPLE)
     with connect(postgres, db) as conn:
         before = search_indexes(conn)
-        assert before == {"value_index_embedding", "value_index_trigram"}
+        assert before == SEARCH_INDEXES
         first = build(conn, embedder, bulk_min_values=10)
         assert first.bulk and first.values_embedded >= 10
         assert search_indexes(conn) == before
@@ -791,7 +813,7 @@ def test_the_first_build_builds_the_search_indexes_once_at_the_end(
     with connect(postgres, db) as conn:
         first = build(conn, embedder)  # far fewer values than bulk_min_values
         assert first.bulk and first.values_embedded > 0
-        assert search_indexes(conn) == {"value_index_embedding", "value_index_trigram"}
+        assert search_indexes(conn) == SEARCH_INDEXES
         assert not build(conn, embedder).bulk  # nothing new: the indexes stay
 
 
@@ -889,7 +911,7 @@ def test_a_model_failure_during_a_build_keeps_the_index_whole(
         with pytest.raises(RuntimeError, match="out of memory"):
             build(conn, Recording(embedder, fail_on_call=3), batch_size=4)
         # the columns written before the failure are whole, the search indexes are back
-        assert search_indexes(conn) == {"value_index_embedding", "value_index_trigram"}
+        assert search_indexes(conn) == SEARCH_INDEXES
         assert conn.execute("SELECT count(*) FROM nl.value_index_deferred").fetchone() == (0,)
         partial = index_rows(conn)
         written = conn.execute(

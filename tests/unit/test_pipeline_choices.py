@@ -11,15 +11,14 @@ import pytest
 from proxy.nl2sql.pipeline import (
     anti_join,
     capitalised_names,
-    code_of_a_word,
     counts_single_rows,
     echoes_its_value,
     ignores_a_negation,
-    named_by_schema_words,
     without_left_tables,
 )
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
+from proxy.nl2sql.value_evidence import code_of_a_word, named_by_schema_words
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,157 @@
+"""The database's values in the sketch stage (`proxy.nl2sql.value_evidence`): which values a
+question names, and which WHERE conditions move to the columns that hold them."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_export.evaluate_sketch import SPIDER, spider_values
+from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table, load_spider_schemas
+from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Slots
+from proxy.nl2sql.value_evidence import (
+    ColumnValues,
+    NamedValues,
+    conditions_on_named_values,
+    words,
+)
+
+# country(code, name, continent, population), city(name, district, countrycode, population),
+# countrylanguage(countrycode, language)
+SCHEMA = Schema(
+    name="world",
+    tables=(Table("country"), Table("city"), Table("countrylanguage")),
+    columns=(
+        Column(0, "code", primary_key=True),  # 0
+        Column(0, "name"),  # 1
+        Column(0, "continent"),  # 2
+        Column(0, "population", type="integer"),  # 3
+        Column(1, "name"),  # 4
+        Column(1, "district"),  # 5
+        Column(1, "countrycode"),  # 6
+        Column(1, "population", type="integer"),  # 7
+        Column(2, "countrycode"),  # 8
+        Column(2, "language"),  # 9
+    ),
+    foreign_keys=(ForeignKey(6, 0), ForeignKey(8, 0)),
+)
+VALUES = ColumnValues.of(
+    {
+        1: ["Brazil", "Aruba", "Central African Republic"],
+        2: ["Asia", "Europe", "Africa"],
+        4: ["Kabul", "Rio de Janeiro"],
+        5: ["Kabol", "Rio de Janeiro"],
+        9: ["English", "Dutch", "Portuguese"],
+    }
+)
+POPULATION = frozenset({SelectItem("", 3)})  # country.population
+COUNT = frozenset({SelectItem("count", STAR)})
+
+
+def named(question: str) -> NamedValues:
+    return NamedValues.spoken(question, SCHEMA, VALUES)
+
+
+def where(*conditions: tuple[int, str] | Predicate) -> Slots:
+    return Slots(
+        where=tuple(c if isinstance(c, Predicate) else Predicate(c[0], c[1]) for c in conditions)
+    )
+
+
+def moved(question: str, slots: Slots, select: frozenset[SelectItem] = POPULATION) -> list[int]:
+    repaired = conditions_on_named_values(question, SCHEMA, select, slots, named(question))
+    return [p.column for p in repaired.where]
+
+
+def test_words_are_what_pg_trgm_compares() -> None:
+    assert words("Brazil\u2019s  GNP") == "brazil s gnp"
+    assert words("Côte d'Ivoire") == "cote d ivoire"
+
+
+@pytest.mark.parametrize(
+    ("question", "found"),
+    [
+        ("How many countries are in Asia?", {2: {"asia"}}),
+        ("Give me Brazil\u2019s population.", {1: {"brazil"}}),
+        ("Which cities are in 'Rio de Janeiro'?", {4: {"rio de janeiro"}, 5: {"rio de janeiro"}}),
+        # a value inside a longer one the question names is not named on its own
+        ("Who lives in the Central African Republic?", {1: {"central african republic"}}),
+        # only whole words: "Asian" names no 'Asia'
+        ("How many Asian countries are there?", {}),
+        # words of the schema's names are no values ("country" of 'Country' would be one)
+        ("What is the population of each country?", {}),
+    ],
+)
+def test_the_values_a_question_names_word_for_word(
+    question: str, found: dict[int, set[str]]
+) -> None:
+    assert named(question).columns == found
+
+
+def test_common_and_one_letter_words_are_no_values() -> None:
+    values = ColumnValues.of({9: ["In", "A", "by"]})
+    assert NamedValues.spoken("Who is in a city by the sea?", SCHEMA, values).columns == {}
+    # a one-letter value counts where the question quotes it
+    assert NamedValues.spoken("Which language is 'A'?", SCHEMA, values).columns == {9: {"a"}}
+
+
+def test_a_condition_moves_to_the_column_holding_the_value() -> None:
+    # city.district holds no 'Asia'; country.continent does
+    assert moved("How many countries are in Asia?", where((5, "="))) == [2]
+    assert moved("What are the population and life expectancies in Brazil?", where((5, "="))) == [1]
+
+
+def test_a_condition_whose_column_holds_a_value_stays() -> None:
+    # city.name holds 'Kabul': the condition takes it where it is
+    assert moved("What region is Kabul in?", where((4, "="))) == [4]
+
+
+def test_each_value_goes_to_one_condition() -> None:
+    # two conditions, two values: language keeps 'English', district takes 'Asia'
+    question = "Which countries in Asia speak English?"
+    assert moved(question, where((9, "="), (5, "="))) == [9, 2]
+    # one value, two conditions: the second finds nothing left to move to
+    assert moved("How many countries are in Asia?", where((5, "="), (4, "="))) == [2, 4]
+
+
+def test_conditions_that_take_no_named_value_stay() -> None:
+    question = "How many countries are in Asia?"
+    # a LIKE pattern, a nested condition
+    assert moved(question, where((5, "like"))) == [5]
+    assert moved(question, where(Predicate(5, "in", nested=True))) == [5]
+    # a column whose values the index does not hold (a key): nothing says Asia is not there
+    assert moved(question, where((6, "="))) == [6]
+
+
+def test_a_count_keeps_its_conditions() -> None:
+    # what is counted may be the condition's table: the pipeline's values stage moves it
+    assert moved("How many cities are in Asia?", where((5, "=")), COUNT) == [5]
+
+
+def test_a_number_column_keeps_a_number_the_question_gives() -> None:
+    assert moved("How many countries in Asia have population 3?", where((3, "="))) == [3]
+    assert moved("Which is the first country in Asia?", where((3, "="))) == [3]
+    # no number: the condition on a number column wants the value the question names
+    assert moved("How many countries are in Asia?", where((3, "="))) == [2]
+
+
+def test_the_longest_value_and_the_tables_already_read_come_first() -> None:
+    # 'Rio de Janeiro' is in city.name and city.district; the SELECT reads city: the condition
+    # moves within city, to the first of its columns
+    select = frozenset({SelectItem("", 7)})
+    question = "What is the population of Rio de Janeiro?"
+    assert moved(question, where((9, "=")), select) == [4]
+
+
+def test_spider_values_follow_the_value_index_rules() -> None:
+    schema = load_spider_schemas(SPIDER / "tables.json")["world_1"]
+    values = spider_values(SPIDER, schema)
+    assert values is not None
+    column = {schema.qualified(c): c for c in range(len(schema.columns))}
+    assert "Asia" in values[column["country.Continent"]]
+    assert column["country.Code"] not in values  # a key: identifiers, not names
+    assert column["city.Population"] not in values  # numbers
+    assert column["countrylanguage.CountryCode"] not in values
+    asked = NamedValues.spoken("How many countries are in Asia?", schema, ColumnValues.of(values))
+    assert asked.columns == {column["country.Continent"]: {"asia"}}
+    # Spider ships no file for wta_1
+    assert spider_values(SPIDER, load_spider_schemas(SPIDER / "tables.json")["wta_1"]) is None
