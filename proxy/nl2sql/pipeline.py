@@ -5,8 +5,11 @@ ZeroNL2SQL's Algorithm 2 as a declared sequence of stages (`STAGES`), each timed
     schema     the database as the asking role sees it (`schema.introspect`), cached per catalog
                fingerprint, so DDL or a grant is seen on the next question and nothing else is
                re-read
+    lookup     the values the question names word for word, by column (one look-up in the value
+               index: `value_evidence.NamedValues`)
     sketch     ranked sketches: the sketch model's top-k SELECT x KEYWORDS x FROM, re-ranked by
-               the aligner (`Sketcher`)
+               the aligner (`Sketcher`); a WHERE condition on a column that holds none of the
+               looked-up values moves to one that holds one
     values     (PLM-only) the values of each WHERE column that the question names unquoted,
                found in the value index ("singers from france" -> 'France'); a quoted string
                goes to the condition whose column holds it, or moves one there
@@ -93,7 +96,7 @@ from proxy.valueindex.lookup import ValueIndex
 
 log = logging.getLogger(__name__)
 
-STAGES = ("schema", "sketch", "values", "complete", "check", "calibrate", "execute")
+STAGES = ("schema", "lookup", "sketch", "values", "complete", "check", "calibrate", "execute")
 
 NO_ANSWER = "NL001"
 """SQLSTATE: no candidate query ran (implementation-defined class NL)."""
@@ -496,8 +499,13 @@ class _Run:
                 return
             step.outcome = f"{len(schema.tables)} tables, {len(schema.columns)} columns"
         self.schema = schema
+        with self.stage("lookup") as step:
+            values, step.outcome = self._spoken_values()
+            if values is not None:
+                step.note = ", ".join(
+                    f"{schema.qualified(c)} {sorted(v)}" for c, v in sorted(values.columns.items())
+                )
         with self.stage("sketch") as step:
-            values = self._spoken_values()
             try:
                 sketches = self.pipeline.sketcher.sketch(self.question, schema, values)
             except ValueError as exc:
@@ -509,10 +517,6 @@ class _Run:
                 )
                 return
             step.outcome = f"{len(sketches)} sketches"
-            if values is not None and values.columns:
-                step.note = "values named: " + ", ".join(
-                    f"{schema.qualified(c)} {sorted(v)}" for c, v in sorted(values.columns.items())
-                )
         fallback: _Candidate | None = None
         # answered, but leaves out a value or a "not" the question gave, only shows the value
         # it asks by, or counts groups of one row
@@ -751,28 +755,29 @@ class _Run:
             ]
         return self._found[tables]
 
-    def _spoken_values(self) -> NamedValues | None:
+    def _spoken_values(self) -> tuple[NamedValues | None, str]:
         """The values the question names word for word, by column, and the columns the value
-        index holds, for the sketch stage (`value_evidence`); None without an index."""
-        if self.index is None:
-            return None
+        index holds, for the sketch stage (`value_evidence`), and what the look-up found; None
+        without an index or when the look-up fails."""
+        assert self.index is not None
         try:
             found = self.index.named_in(sorted(runs(self.question)))
             indexed = self.index.indexed_columns()
         except ValueIndexError as exc:
             self._no_index(exc)
-            return None
+            return None, "no value index"
         except Exception as exc:
             if _connection_lost(_sqlstate(exc)):
                 raise
-            return None  # the values stage says why when it looks again
+            return None, f"look-up failed: {_one_line(str(exc))}"
         numbers = self._column_numbers
-        return NamedValues.of(
+        values = NamedValues.of(
             self.question,
             self._schema,
             [(numbers[c.column], c.value) for c in found if c.column in numbers],
             [numbers[ref] for ref in indexed if ref in numbers],
         )
+        return values, f"{len(values.columns)} columns hold a value the question names"
 
     def _with_named_values(self, sketch: Sketch) -> Sketch:
         """The sketch with a condition `column = value` for each value of a text column of its

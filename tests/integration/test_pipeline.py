@@ -112,13 +112,15 @@ def test_plm_only_answers_with_a_value_the_question_names_unquoted(
     assert answer.sql is not None and "'New York'" in answer.sql
     assert answer.rows == rows_of(university, answer.sql)
     stages = [row.stage for row in answer.trace]
-    assert stages[:2] == ["schema", "sketch"] and "values" in stages and "check" in stages
+    assert stages[:3] == ["schema", "lookup", "sketch"] and "values" in stages
+    assert "check" in stages
     assert answer.timings_ms["total"] >= answer.timings_ms["sketch"] > 0
 
 
 def sketch_note(answer: Answer) -> str:
-    """What the sketch stage noted: the values the question names, by column."""
-    return next(row.calibration for row in answer.trace if row.stage == "sketch")
+    """What the look-up before the sketch stage found: the values the question names, by
+    column."""
+    return next(row.calibration for row in answer.trace if row.stage == "lookup")
 
 
 def moves_by_the_values_stage(answer: Answer) -> list[str]:
