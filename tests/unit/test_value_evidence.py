@@ -122,9 +122,13 @@ def test_conditions_that_take_no_named_value_stay() -> None:
     assert moved(question, where((6, "="))) == [6]
 
 
-def test_a_count_keeps_its_conditions() -> None:
-    # what is counted may be the condition's table: the pipeline's values stage moves it
+def test_a_count_keeps_a_condition_on_a_table_the_question_names() -> None:
+    # what is counted may be the condition's table: the pipeline's values stage moves it later,
+    # keeping the table; here "cities" names city, and then "languages" its column
     assert moved("How many cities are in Asia?", where((5, "=")), COUNT) == [5]
+    assert moved("How many languages are used in Asia?", where((9, "!=")), COUNT) == [9]
+    # a table the question does not name is not what is counted
+    assert moved("How many countries are in Asia?", where((5, "=")), COUNT) == [2]
 
 
 def test_a_number_column_keeps_a_number_the_question_gives() -> None:
