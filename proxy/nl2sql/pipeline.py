@@ -86,6 +86,7 @@ from proxy.nl2sql.sketcher import Sketcher, load_sketcher
 from proxy.nl2sql.value_evidence import (
     STOP_WORDS,
     NamedValues,
+    capitalised_names,
     code_of_a_word,
     named_by_schema_words,
     runs,
@@ -116,7 +117,6 @@ _WORD = re.compile(r"[^\W_][\w'-]*")
 _CODE = re.compile(r"[A-Z][A-Z0-9]{1,4}")
 _EXACT = 0.999  # a value-index score of a value the question names word for word
 _SCHEMA_CACHE = 64
-_CAPITALISED_RUN = re.compile(r"(?<![\w'])[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3}")
 
 
 class LLM(Protocol):
@@ -243,20 +243,6 @@ _NEGATION_SAID = re.compile(
     re.IGNORECASE,
 )
 _NEGATION_WRITTEN = re.compile(r"\bNOT\b|<>|!=|\bEXCEPT\b", re.IGNORECASE)
-
-
-def capitalised_names(question: str) -> set[str]:
-    """The question's runs of capitalised words and their shorter runs, case-folded, leaving
-    out its first word (capitalised as the start of a sentence): "the country in Asia", "by Ben
-    Jones" -> {"asia"}, {"ben jones", "ben", "jones"}."""
-    found: set[str] = set()
-    for match in _CAPITALISED_RUN.finditer(question):
-        words = match[0].split()
-        if match.start() == len(question) - len(question.lstrip()):
-            words = words[1:]
-        for n in range(1, len(words) + 1):
-            found.update(" ".join(words[i : i + n]).casefold() for i in range(len(words) - n + 1))
-    return found
 
 
 def ignores_a_negation(question: str, sql: str) -> bool:

@@ -314,7 +314,7 @@ def test_a_value_named_word_for_word_wins_over_one_named_in_part(world: str) -> 
     answer = ask(world, "Count the number of countries in Asia.")
     assert answer.sql is not None and "'Asia'" in answer.sql, answer.trace
     gold = "SELECT count(*) FROM country WHERE continent = 'Asia'"
-    assert answer.rows == rows_of(world, gold)
+    assert answer.rows == rows_of(world, gold), (answer.sql, answer.trace)
 
 
 def test_a_longer_value_named_word_for_word_wins_over_its_words(world: str) -> None:

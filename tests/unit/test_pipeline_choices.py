@@ -10,7 +10,6 @@ import pytest
 
 from proxy.nl2sql.pipeline import (
     anti_join,
-    capitalised_names,
     counts_single_rows,
     echoes_its_value,
     ignores_a_negation,
@@ -18,7 +17,7 @@ from proxy.nl2sql.pipeline import (
 )
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
-from proxy.nl2sql.value_evidence import code_of_a_word, named_by_schema_words
+from proxy.nl2sql.value_evidence import capitalised_names, code_of_a_word, named_by_schema_words
 
 
 @pytest.mark.parametrize(

@@ -114,28 +114,29 @@ def test_each_value_goes_to_one_condition() -> None:
 
 
 def test_conditions_that_take_no_named_value_stay() -> None:
-    question = "How many countries are in Asia?"
+    # "asia" in lower case here and below: no condition is added for it, only moved
+    question = "How many countries are in asia?"
     # a LIKE pattern, a nested condition
     assert moved(question, where((5, "like"))) == [5]
     assert moved(question, where(Predicate(5, "in", nested=True))) == [5]
-    # a column whose values the index does not hold (a key): nothing says Asia is not there
+    # a column whose values the index does not hold (a key): nothing says asia is not there
     assert moved(question, where((6, "="))) == [6]
 
 
 def test_a_count_keeps_a_condition_on_a_table_the_question_names() -> None:
     # what is counted may be the condition's table: the pipeline's values stage moves it later,
     # keeping the table; here "cities" names city, and then "languages" its column
-    assert moved("How many cities are in Asia?", where((5, "=")), COUNT) == [5]
-    assert moved("How many languages are used in Asia?", where((9, "!=")), COUNT) == [9]
+    assert moved("How many cities are in asia?", where((5, "=")), COUNT) == [5]
+    assert moved("How many languages are used in asia?", where((9, "!=")), COUNT) == [9]
     # a table the question does not name is not what is counted
-    assert moved("How many countries are in Asia?", where((5, "=")), COUNT) == [2]
+    assert moved("How many countries are in asia?", where((5, "=")), COUNT) == [2]
 
 
 def test_a_number_column_keeps_a_number_the_question_gives() -> None:
-    assert moved("How many countries in Asia have population 3?", where((3, "="))) == [3]
-    assert moved("Which is the first country in Asia?", where((3, "="))) == [3]
+    assert moved("How many countries in asia have population 3?", where((3, "="))) == [3]
+    assert moved("Which is the first country in asia?", where((3, "="))) == [3]
     # no number: the condition on a number column wants the value the question names
-    assert moved("How many countries are in Asia?", where((3, "="))) == [2]
+    assert moved("How many countries are in asia?", where((3, "="))) == [2]
 
 
 def test_the_longest_value_and_the_tables_already_read_come_first() -> None:
@@ -144,6 +145,39 @@ def test_the_longest_value_and_the_tables_already_read_come_first() -> None:
     select = frozenset({SelectItem("", 7)})
     question = "What is the population of Rio de Janeiro?"
     assert moved(question, where((9, "=")), select) == [4]
+
+
+def test_a_value_no_condition_took_gets_its_own() -> None:
+    # language holds 'English'; 'Asia' (in capitals) is left: continent = ? is added
+    question = "Which countries in Asia speak English?"
+    assert moved(question, where((9, "="))) == [9, 2]
+    # in lower case it is not added (a common word may be a value: a track named "Money")
+    assert moved("Which countries in asia speak English?", where((9, "="))) == [9]
+
+
+@pytest.mark.parametrize(
+    ("question", "slots"),
+    [
+        # a value on the other side of a negation, a set operation or an OR
+        ("Which countries do not speak English in Asia?", where((9, "!="))),
+        ("Which countries speak English or are in Asia?", where((9, "="))),
+        ("Which countries speak both English and Dutch in Asia?", where((9, "="))),
+        # a nested condition: the value may be the subquery's
+        ("Which countries in Asia speak English?", where((9, "="), Predicate(0, "in", True))),
+        # a condition on a text column that holds none of the values may be the value's
+        ("Which countries in Asia speak English?", where((9, "="), (6, "="))),
+        # no condition at all: a sketch without WHERE keeps its KEYWORDS
+        ("Which countries in Asia speak English?", Slots()),
+    ],
+)
+def test_no_condition_is_added(question: str, slots: Slots) -> None:
+    assert moved(question, slots) == [p.column for p in slots.where]
+
+
+def test_a_value_two_columns_hold_gets_no_condition() -> None:
+    # 'Rio de Janeiro' is a city's name and a district: which one is meant is not known
+    question = "Which countries speak English in Rio de Janeiro?"
+    assert moved(question, where((9, "="))) == [9]
 
 
 def test_spider_values_follow_the_value_index_rules() -> None:
