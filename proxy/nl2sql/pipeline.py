@@ -80,8 +80,8 @@ from proxy.nl2sql.prompts import (
     error_feedback,
     sketch_completion,
 )
-from proxy.nl2sql.schema import Schema, catalog_fingerprint, introspect, words_of
-from proxy.nl2sql.sketch import STAR, Predicate, Sketch, Slots, plurals, tables_named_in
+from proxy.nl2sql.schema import Schema, catalog_fingerprint, introspect
+from proxy.nl2sql.sketch import STAR, Predicate, Sketch, Slots, tables_named_in
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
 from proxy.nl2sql.value_evidence import (
     STOP_WORDS,
@@ -90,6 +90,7 @@ from proxy.nl2sql.value_evidence import (
     code_of_a_word,
     named_by_schema_words,
     runs,
+    schema_words,
 )
 from proxy.runtime import load_embedder
 from proxy.valueindex.common import Candidate, ColumnRef, Embedder, Scope, ValueIndexError
@@ -411,7 +412,7 @@ class _Run:
         self.schema: Schema | None = None
         self._found: dict[tuple[str, ...] | None, list[Candidate]] = {}
         self._numbers: dict[ColumnRef, int] | None = None
-        self._names: set[str] | None = None
+        self._names: frozenset[str] | None = None
         self._samples: dict[int, list[str]] = {}
         self._holds: dict[tuple[int, str], bool] = {}  # (column, quoted string) -> held there
         self._typed = question_literals(question)
@@ -1069,12 +1070,9 @@ class _Run:
         return None
 
     @property
-    def _schema_words(self) -> set[str]:
+    def _schema_words(self) -> frozenset[str]:
         if self._names is None:
-            schema = self._schema
-            names = [t.name for t in schema.tables] + [c.name for c in schema.columns]
-            self._names = {w for name in names for w in words_of(name).split()}
-            self._names |= {p for w in self._names for p in plurals(w)}
+            self._names = schema_words(self._schema)
         return self._names
 
     @property

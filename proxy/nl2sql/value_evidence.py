@@ -1,17 +1,19 @@
 """What the database's own values say about a question, for the sketch stage.
 
-The sketch model reads only the schema: "how many countries are in Asia" gives it no way to tell
-that Asia is a value of `country.continent`, and its WHERE column is then often a column that
-holds no such value (`city.district`), which puts the wrong tables in FROM. `NamedValues` is the
-values the question names word for word, by column, and the columns whose values were looked at
-at all; `conditions_on_named_values` moves a WHERE condition from a column that holds none of the
-question's values to one that holds a value no other condition takes.
+The sketch model reads only the schema: "what are the population and life expectancies in Brazil"
+gives it no way to tell that Brazil is a value of `country.name`, and its WHERE column is then
+often a column that holds no such value (`city.district`), which puts the wrong tables in FROM.
+`NamedValues` is the values the question names word for word, by column, and the columns whose
+values were looked at at all; `conditions_on_named_values` moves a WHERE condition from a column
+that holds none of the question's values to one that holds a value no other condition takes, and
+gives a value no condition took, named in capitals or quotes, a condition of its own.
 
-Where the values come from: in the pipeline, the value index (`nl.search_in_text`, a value the
-question names word for word, over the columns `nl.value_index_columns` lists); for Spider, the
-databases' own values read under the same rules as the index (`proxy.valueindex.scan`), matched
-by `NamedValues.spoken`. Both go through `NamedValues.of`, which leaves out what the question says
-only as the schema's names, as a common word, or as part of a longer value it names.
+Where the values come from: in the pipeline, the value index (`ValueIndex.named_in`: the
+question's `runs` of words looked up among the normalised values, and the columns
+`nl.value_index_columns` lists); for Spider, the databases' own values read under the same rules
+as the index (`model_export.evaluate_sketch.spider_values`), looked up by `NamedValues.spoken`.
+Both go through `NamedValues.of`, which leaves out what the question says only as the schema's
+names, as a common word, or as part of a longer value it names.
 """
 
 from __future__ import annotations
@@ -121,9 +123,9 @@ def runs(question: str) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class NamedValues:
-    """The values (normalised) a question names, by schema column, and the columns whose
-    values were looked at (`searched`): a column outside it may hold a value the question
-    names without anyone knowing."""
+    """The values a question names (as `words`), by schema column, and the columns whose values
+    were looked at (`searched`): a column outside it may hold a value the question names
+    without anyone knowing."""
 
     columns: Mapping[int, frozenset[str]]
     searched: frozenset[int]
