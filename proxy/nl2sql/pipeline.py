@@ -763,6 +763,7 @@ class _Run:
             self._schema,
             [(numbers[c.column], c.value) for c in found if c.column in numbers],
             [numbers[ref] for ref in indexed if ref in numbers],
+            names=self._schema_words,
         )
         return values, f"{len(values.columns)} columns hold a value the question names"
 

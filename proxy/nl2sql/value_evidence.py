@@ -22,6 +22,7 @@ import re
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from proxy.nl2sql.complete_plm import NUMBER_WORDS, question_literals
 from proxy.nl2sql.schema import Schema, words_of
 from proxy.nl2sql.sketch import (
     Predicate,
@@ -44,10 +45,8 @@ STOP_WORDS = frozenset(
     with without average sum least fewest largest smallest highest lowest""".split()  # noqa: SIM905
 )
 _CAPITALISED_RUN = re.compile(r"(?<![\w'])[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3}")
-_QUOTED = re.compile("[\"'\u201c\u2018]([^\"'\u201d\u2019]+)[\"'\u201d\u2019]")
 _NUMBER = re.compile(
-    r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|first|second|third|fourth|fifth)\b",
-    re.IGNORECASE,
+    rf"\d|\b(?:{'|'.join(NUMBER_WORDS)}|first|second|third|fourth|fifth)\b", re.IGNORECASE
 )
 _LONGEST_VALUE = 6  # words: a longer value is never found in a question word for word
 _AROUND = ".,;:!?\"'()[]\u201c\u201d\u2018\u2019"  # punctuation around a word
@@ -55,6 +54,11 @@ _AROUND = ".,;:!?\"'()[]\u201c\u201d\u2018\u2019"  # punctuation around a word
 _VALUE_OPERATORS = frozenset({"=", "!=", "in", "not in"})
 # words that put a value on the other side of a negation, a set operation or an OR
 _OTHER_SIDE = re.compile(r"\b(?:not|n't|no|never|without|but|both|either|or)\b", re.IGNORECASE)
+
+
+def _quoted(question: str) -> list[str]:
+    """The question's quoted strings, as completion reads them (`question_literals`)."""
+    return [str(t.value) for t in question_literals(question) if t.kind == "string"]
 
 
 def code_of_a_word(question: str, value: str) -> bool:
@@ -118,7 +122,7 @@ def runs(question: str) -> frozenset[str]:
             for n in range(1, _LONGEST_VALUE + 1)
             for i in range(len(said) - n + 1)
         )
-    return frozenset(found | {normalise(quoted) for quoted in _QUOTED.findall(question)})
+    return frozenset(found | {normalise(quoted) for quoted in _quoted(question)})
 
 
 @dataclass(frozen=True)
@@ -137,13 +141,16 @@ class NamedValues:
         schema: Schema,
         found: Iterable[tuple[int, str]],
         searched: Iterable[int],
+        *,
+        names: Container[str] | None = None,
     ) -> NamedValues:
         """The (column, value) pairs `found`, less those the question names only by the
         schema's words or by a common word (`named_by_schema_words`, `code_of_a_word`; a
         common word or a letter only in quotes) and values that are part of a longer value it names
-        ("Ford" in "Ford Motor Company")."""
-        names = schema_words(schema)
-        quoted = {words(q) for q in _QUOTED.findall(question)}
+        ("Ford" in "Ford Motor Company"). `names`: the schema's words (`schema_words`), where
+        the caller has them."""
+        names = schema_words(schema) if names is None else names
+        quoted = {words(q) for q in _quoted(question)}
         kept: dict[int, set[str]] = {}
         for column, value in found:
             folded = words(value)
@@ -299,7 +306,7 @@ def _conditions_for_free_values(
         ):
             return []  # the value may be that condition's
     said = {words(name) for name in capitalised_names(question)}
-    said |= {words(quoted) for quoted in _QUOTED.findall(question)}
+    said |= {words(quoted) for quoted in _quoted(question)}
     added: list[Predicate] = []
     for column, values in sorted(named.columns.items()):
         wanted = values & free & said
