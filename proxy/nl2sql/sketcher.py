@@ -69,6 +69,7 @@ from proxy.nl2sql.sketch import (
     spoken_order,
     spoken_recency,
     spoken_select,
+    tables_counted_in,
     tables_named_in,
 )
 from proxy.nl2sql.value_evidence import NamedValues, conditions_on_named_values
@@ -289,6 +290,7 @@ def rank(
     ranked = sorted(range(len(pairs)), key=lambda i: -pair_scores[i])
     slots = {chosen: slots_for(scores, chosen, more_where=more_where) for chosen, _ in keywords}
     said = tables_named_in(named[1], named[0]) if named is not None else frozenset()
+    counted = tables_counted_in(named[1], named[0]) if named is not None else frozenset()
     sketches: list[Sketch] = []
     replaced: list[Sketch] = []  # what `nearest_equals` moved, kept as a last resort
     for i in ranked:
@@ -301,7 +303,7 @@ def rank(
         for n, (shown, keywords_chosen, pair_slots) in enumerate(variants):
             pair_froms = list(froms)
             if named is not None and froms:
-                own = named_tables(named[0], shown, pair_slots, said, froms[0][0])
+                own = named_tables(named[0], shown, pair_slots, said, froms[0][0], counted=counted)
                 if own is not None:
                     pair_froms = [(own, froms[0][1]), *(f for f in froms if f[0] != own)]
             (replaced if n else sketches).extend(

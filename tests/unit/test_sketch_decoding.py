@@ -39,6 +39,7 @@ from proxy.nl2sql.sketch import (
     columns_of_named_tables,
     counted_by_value,
     counted_per_key,
+    counted_rows,
     equal_columns,
     from_candidates,
     grouped_by_asked,
@@ -70,6 +71,7 @@ from proxy.nl2sql.sketch import (
     spoken_order,
     spoken_recency,
     spoken_select,
+    tables_counted_in,
     tables_named_in,
     valid_keywords,
 )
@@ -695,6 +697,61 @@ def test_counted_per_key(
         DEPARTMENTS, summed, grouped, tables, said=said, model_tables=frozenset(model)
     )
     assert kept == tables
+
+
+@pytest.mark.parametrize(
+    ("question", "model", "found"),
+    [
+        # the question counts the table that references the one its columns are read from
+        ("How many degree programs does the engineering department offer?", set(), {0, 1}),
+        ("What is the number of courses in the history department?", {0, 1}, {0, 2}),
+        # it counts something it does not name: the referencing table the model's FROM holds
+        ("How many does the engineering department offer?", {0, 2}, {0, 2}),
+        # it counts the table itself
+        ("How many departments are called engineering?", {0, 1}, {0}),
+        # two tables reference departments and nothing tells which: unchanged
+        ("How many does the engineering department offer?", {0}, {0}),
+    ],
+)
+def test_counted_rows_are_those_of_the_table_counted(
+    question: str, model: set[int], found: set[int]
+) -> None:
+    count = frozenset({SelectItem("count", STAR)})
+    where = Slots(where=(Predicate(1, "="),))
+    said = tables_named_in(question, DEPARTMENTS)
+    counted = tables_counted_in(question, DEPARTMENTS)
+    named = named_tables(DEPARTMENTS, count, where, said, frozenset(model), counted=counted)
+    assert named == frozenset(found)
+    # without the tables counted (no question read), the columns' own table stands
+    assert named_tables(DEPARTMENTS, count, where, frozenset(), frozenset(model)) == frozenset({0})
+    # a count per department's key is `counted_per_key`'s, a sum counts no rows
+    items = (SelectItem("", 1), SelectItem("count", STAR))
+    per_key = counted_rows(
+        DEPARTMENTS,
+        items,
+        frozenset({0}),
+        frozenset({0}),
+        counted=counted,
+        model_tables=frozenset(model),
+    )
+    assert per_key == {0}
+    summed = (SelectItem("sum", 0),)
+    kept = counted_rows(
+        DEPARTMENTS,
+        summed,
+        frozenset(),
+        frozenset({0}),
+        counted=counted,
+        model_tables=frozenset(model),
+    )
+    assert kept == {0}
+
+
+def test_tables_counted_in() -> None:
+    assert tables_counted_in("How many courses are there?", DEPARTMENTS) == {2}
+    assert tables_counted_in("Which department has the most degree programs?", DEPARTMENTS) == {1}
+    # named, but not counted
+    assert tables_counted_in("List the courses of the history department.", DEPARTMENTS) == set()
 
 
 def test_rank_tries_each_pairs_own_from_first() -> None:
