@@ -120,7 +120,17 @@ def test_conditions_that_take_no_named_value_stay() -> None:
     assert moved(question, where((5, "like"))) == [5]
     assert moved(question, where(Predicate(5, "in", nested=True))) == [5]
     # a column whose values the index does not hold (a key): nothing says asia is not there
-    assert moved(question, where((6, "="))) == [6]
+    assert moved(question, where((0, "="))) == [0]
+
+
+def test_a_condition_on_a_foreign_key_moves_to_the_table_it_references() -> None:
+    # city.countrycode references country: "asia" is a row of country, its continent
+    assert moved("How many cities are in asia?", where((6, "="))) == [2]
+    # 'Kabul' is held by city.name only: no column of country holds it, the key keeps it
+    assert moved("Which country has the city kabul?", where((8, "="))) == [8]
+    # the question may name the code itself
+    assert moved("Which cities have the country code asia?", where((6, "="))) == [6]
+    assert moved("Which cities are in ASIA?", where((6, "="))) == [6]
 
 
 def test_a_count_keeps_a_condition_on_a_table_the_question_names() -> None:
@@ -165,7 +175,7 @@ def test_a_value_no_condition_took_gets_its_own() -> None:
         # a nested condition: the value may be the subquery's
         ("Which countries in Asia speak English?", where((9, "="), Predicate(0, "in", True))),
         # a condition on a text column that holds none of the values may be the value's
-        ("Which countries in Asia speak English?", where((9, "="), (6, "="))),
+        ("Which countries in Asia speak English?", where((9, "="), (0, "="))),
         # no condition at all: a sketch without WHERE keeps its KEYWORDS
         ("Which countries in Asia speak English?", Slots()),
     ],
