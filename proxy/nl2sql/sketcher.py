@@ -52,6 +52,7 @@ from proxy.nl2sql.sketch import (
     merge_windows,
     named_tables,
     nearest_equals,
+    nested_on_shown_table,
     one_nested_condition,
     one_number_asked,
     ordered_by_a_quantity,
@@ -337,6 +338,7 @@ def _repaired(
             question, schema, select, pair_slots, values, said=said
         )
     pair_slots = one_nested_condition(schema, select, pair_slots)
+    pair_slots = nested_on_shown_table(schema, select, pair_slots)
     select, pair_slots = columns_of_named_tables(question, schema, select, pair_slots, said)
     select, pair_slots = read_by_name(question, schema, select, pair_slots)
     nearer = nearest_equals(schema, select, pair_slots)

@@ -52,6 +52,7 @@ from proxy.nl2sql.sketch import (
     named_tables,
     names_table,
     nearest_equals,
+    nested_on_shown_table,
     one_nested_condition,
     one_number_asked,
     ordered_by_a_quantity,
@@ -1535,6 +1536,30 @@ def test_one_nested_condition_keeps_the_one_on_the_table_the_sketch_reads() -> N
         (Predicate(2, ">"), inner),
     ):
         assert one_nested_condition(PETS, shown, Slots(where=where)) == Slots(where=where)
+
+
+def test_a_subquery_condition_moves_to_the_table_the_select_shows() -> None:
+    shown = frozenset({SelectItem("", 1), SelectItem("", 2)})  # student.major, student.age
+    # has_pet.stuid NOT IN (...): the key makes it student.stuid
+    inner = Predicate(3, "not in", nested=True)
+    outer = Predicate(0, "not in", nested=True)
+    assert nested_on_shown_table(PETS, shown, Slots(where=(inner,))) == Slots(where=(outer,))
+    # pets.pettype IN (...): no key joins it to student; student's own key
+    typed = Predicate(6, "in", nested=True)
+    moved = Predicate(0, "in", nested=True)
+    assert nested_on_shown_table(PETS, shown, Slots(where=(typed,))) == Slots(where=(moved,))
+    # already there: kept once
+    both = Slots(where=(outer, inner))
+    assert nested_on_shown_table(PETS, shown, both) == Slots(where=(outer,))
+    # another condition reads has_pet, a SELECT of two tables, or of none: as they are
+    for select, where in (
+        (shown, (inner, Predicate(4, "="))),
+        (shown | {SelectItem("", 6)}, (inner,)),
+        (frozenset({SelectItem("count", STAR)}), (inner,)),
+        (shown, (Predicate(3, "not in"),)),
+        (shown, (Predicate(3, ">", nested=True),)),
+    ):
+        assert nested_on_shown_table(PETS, select, Slots(where=where)) == Slots(where=where)
 
 
 CITIES = Schema(
