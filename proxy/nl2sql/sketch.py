@@ -1219,6 +1219,44 @@ def nested_on_shown_table(schema: Schema, select: frozenset[SelectItem], slots: 
     return replace(slots, where=tuple(where))
 
 
+def ordered_on_shown_table(schema: Schema, select: frozenset[SelectItem], slots: Slots) -> Slots:
+    """`slots` with each ORDER BY column of a table nothing else in the sketch reads moved to
+    the one column of the table the SELECT shows whose name ends in its name, of the same
+    kind ("cartoon titles ordered by their air date": tv_series.air_date ->
+    cartoon.original_air_date; "contestants ordered by contestant name": votes' ->
+    contestants'). Unchanged where the SELECT shows several tables or none, and where no
+    such column, or more than one, is found.
+
+    Spider dev, the first sketch's FROM: 3 right that were not, none lost (863 -> 866 of
+    1,034); train 1 and none (6,044 -> 6,045 of 7,000: the sketch model rarely orders by an
+    outside table there); execution accuracy 637 of 972, no answer changed."""
+    shown = {schema.columns[i.column].table for i in select if i.column != STAR}
+    if len(shown) != 1 or not slots.order_by:
+        return slots
+    (table,) = shown
+    rest = (
+        *(p.column for p in slots.where),
+        *slots.group_by,
+        *(i.column for i in slots.having if i.column != STAR),
+    )
+    read = shown | {schema.columns[c].table for c in rest}
+    ordered: list[SelectItem] = []
+    for item in slots.order_by:
+        column = item.column
+        if column != STAR and schema.columns[column].table not in read:
+            name = words_of(schema.columns[column].name).split()
+            same = [
+                c
+                for c in schema.table_columns[table]
+                if words_of(schema.columns[c].name).split()[-len(name) :] == name
+                and schema.columns[c].numeric == schema.columns[column].numeric
+            ]
+            if len(same) == 1:
+                column = same[0]
+        ordered.append(replace(item, column=column))
+    return replace(slots, order_by=tuple(ordered))
+
+
 def _keyed_column(schema: Schema, column: int, table: int) -> int | None:
     """The column of `table` a key joins `column` to, else the table's single primary key."""
     for key in (*schema.foreign_keys, *implicit_keys(schema)):

@@ -57,6 +57,7 @@ from proxy.nl2sql.sketch import (
     one_number_asked,
     ordered_by_a_quantity,
     ordered_by_frequency,
+    ordered_on_shown_table,
     read_by_name,
     select_candidates,
     shown_groups,
@@ -339,6 +340,7 @@ def _repaired(
         )
     pair_slots = one_nested_condition(schema, select, pair_slots)
     pair_slots = nested_on_shown_table(schema, select, pair_slots)
+    pair_slots = ordered_on_shown_table(schema, select, pair_slots)
     select, pair_slots = columns_of_named_tables(question, schema, select, pair_slots, said)
     select, pair_slots = read_by_name(question, schema, select, pair_slots)
     nearer = nearest_equals(schema, select, pair_slots)

@@ -57,6 +57,7 @@ from proxy.nl2sql.sketch import (
     one_number_asked,
     ordered_by_a_quantity,
     ordered_by_frequency,
+    ordered_on_shown_table,
     read_by_name,
     readable_names,
     said_direction,
@@ -1560,6 +1561,35 @@ def test_a_subquery_condition_moves_to_the_table_the_select_shows() -> None:
         (shown, (Predicate(3, ">", nested=True),)),
     ):
         assert nested_on_shown_table(PETS, select, Slots(where=where)) == Slots(where=where)
+
+
+CARTOONS = Schema(
+    "cartoons",
+    (Table("cartoon"), Table("tv_series")),
+    (
+        Column(0, "title"),
+        Column(0, "original_air_date"),
+        Column(0, "channel"),
+        Column(1, "air_date"),
+        Column(1, "channel"),
+        Column(1, "rating", "number"),
+    ),
+    (ForeignKey(column=2, referenced=4),),
+)
+
+
+def test_an_order_by_an_outside_table_moves_to_the_shown_tables_column_of_its_name() -> None:
+    titles = frozenset({SelectItem("", 0)})
+    by_air_date = Slots(order_by=(SelectItem("", 3),))
+    moved = ordered_on_shown_table(CARTOONS, titles, by_air_date)
+    assert moved == Slots(order_by=(SelectItem("", 1),))
+    # tv_series is read by a condition, a SELECT of two tables, a name no column ends in: kept
+    for select, slots in (
+        (titles, replace(by_air_date, where=(Predicate(5, ">"),))),
+        (titles | {SelectItem("", 5)}, by_air_date),
+        (titles, Slots(order_by=(SelectItem("", 5),))),
+    ):
+        assert ordered_on_shown_table(CARTOONS, select, slots) == slots
 
 
 CITIES = Schema(
