@@ -341,7 +341,10 @@ def _repaired(
     pair_slots = one_nested_condition(schema, select, pair_slots)
     pair_slots = nested_on_shown_table(schema, select, pair_slots)
     pair_slots = ordered_on_shown_table(schema, select, pair_slots)
-    select, pair_slots = columns_of_named_tables(question, schema, select, pair_slots, said)
+    holding = frozenset(values.columns) if values is not None else frozenset()
+    select, pair_slots = columns_of_named_tables(
+        question, schema, select, pair_slots, said, holding=holding
+    )
     select, pair_slots = read_by_name(question, schema, select, pair_slots)
     nearer = nearest_equals(schema, select, pair_slots)
     starts = [nearer] if nearer == (select, pair_slots) else [nearer, (select, pair_slots)]

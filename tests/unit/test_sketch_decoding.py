@@ -963,6 +963,22 @@ def test_a_column_with_company_in_its_table_stays() -> None:
     assert moved.order_by == (SelectItem("", 6),)
 
 
+def test_a_condition_on_a_column_holding_a_named_value_stays() -> None:
+    # "the population of the country of Kabul": city.name = ? would move to the name of the
+    # table the question names; it holds 'Kabul', country.name does not
+    select = frozenset({SelectItem("", 6)})
+    slots = Slots(where=(Predicate(1, "="),))
+    question = "What is the population of the country of Kabul?"
+    assert columns_of_named_tables(question, WORLD, select, slots)[1] == Slots(
+        where=(Predicate(5, "="),)
+    )
+    kept = columns_of_named_tables(question, WORLD, select, slots, holding={1})
+    assert kept == (select, slots)
+    # where the column it would move to holds a named value too, it moves
+    both = columns_of_named_tables(question, WORLD, select, slots, holding={1, 5})
+    assert both[1] == Slots(where=(Predicate(5, "="),))
+
+
 # country with a surface area beside its population
 AREAS = Schema(
     "world",
