@@ -1074,6 +1074,11 @@ def columns_used(select: frozenset[SelectItem], slots: Slots) -> set[int]:
     } - {STAR}
 
 
+def tables_shown(schema: Schema, select: Iterable[SelectItem]) -> set[int]:
+    """The tables of the columns (not `*`) a SELECT shows."""
+    return {schema.columns[i.column].table for i in select if i.column != STAR}
+
+
 @functools.lru_cache(maxsize=64)
 def equal_columns(schema: Schema) -> Mapping[int, frozenset[int]]:
     """Columns a key makes equal in every joined row: a foreign key and the column it
@@ -1200,7 +1205,7 @@ def nested_on_shown_table(schema: Schema, select: frozenset[SelectItem], slots: 
     7,000); dev 5 and 1 (859 -> 863 of 1,034); execution accuracy 635 -> 637 of 972 ("students
     who do not have any friends": highschooler.id NOT IN (SELECT student_id FROM friend)), none
     lost."""
-    shown = {schema.columns[i.column].table for i in select if i.column != STAR}
+    shown = tables_shown(schema, select)
     if len(shown) != 1 or not any(p.nested for p in slots.where):
         return slots
     (table,) = shown
@@ -1230,7 +1235,7 @@ def ordered_on_shown_table(schema: Schema, select: frozenset[SelectItem], slots:
     Spider dev, the first sketch's FROM: 3 right that were not, none lost (863 -> 866 of
     1,034); train 1 and none (6,044 -> 6,045 of 7,000: the sketch model rarely orders by an
     outside table there); execution accuracy 637 of 972, no answer changed."""
-    shown = {schema.columns[i.column].table for i in select if i.column != STAR}
+    shown = tables_shown(schema, select)
     if len(shown) != 1 or not slots.order_by:
         return slots
     (table,) = shown
@@ -1398,7 +1403,7 @@ def spoken_order(
     if len(slots.order_by) != 1 or slots.order_by[0].aggregate or slots.order_by[0].column == STAR:
         return slots
     current = slots.order_by[0].column
-    read = {schema.columns[i.column].table for i in select if i.column != STAR}
+    read = tables_shown(schema, select)
     read.add(schema.columns[current].table)
 
     def near(column: int) -> int:
@@ -1636,7 +1641,7 @@ def spoken_age_order(
         return keywords, slots
     kinds = {item.column: _age_kind(schema, item.column) for item in order_by}
     column = next((c for c, kind in kinds.items() if kind), None)
-    read = {schema.columns[i.column].table for i in select if i.column != STAR}
+    read = tables_shown(schema, select)
     if len(order_by) != 1 or column is None or schema.columns[column].table not in read:
         columns = [c for c, col in enumerate(schema.columns) if col.table in read]
         ages = [c for c in columns if _age_kind(schema, c, dated=False) == "age"]
@@ -1694,7 +1699,7 @@ def ordered_by_a_quantity(
     if any(_name_matches(phrase, table.label) for table in schema.tables):
         return None
     keys = _keys(schema)
-    read = {schema.columns[i.column].table for i in select if i.column != STAR}
+    read = tables_shown(schema, select)
     read.update(schema.columns[c].table for c in slots.group_by)
     read.update(schema.columns[p.column].table for p in slots.where)
 
