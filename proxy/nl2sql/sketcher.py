@@ -74,7 +74,11 @@ from proxy.nl2sql.sketch import (
     tables_counted_in,
     tables_named_in,
 )
-from proxy.nl2sql.value_evidence import NamedValues, conditions_on_named_values
+from proxy.nl2sql.value_evidence import (
+    NamedValues,
+    conditions_on_a_year,
+    conditions_on_named_values,
+)
 from proxy.runtime import (
     choose_providers,
     create_session,
@@ -338,6 +342,7 @@ def _repaired(
         pair_slots = conditions_on_named_values(
             question, schema, select, pair_slots, values, said=said
         )
+        pair_slots = conditions_on_a_year(question, schema, select, pair_slots, values, said=said)
     pair_slots = one_nested_condition(schema, select, pair_slots)
     pair_slots = nested_on_shown_table(schema, select, pair_slots)
     pair_slots = ordered_on_shown_table(schema, select, pair_slots)

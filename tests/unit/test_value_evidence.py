@@ -11,6 +11,7 @@ from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Slots
 from proxy.nl2sql.value_evidence import (
     ColumnValues,
     NamedValues,
+    conditions_on_a_year,
     conditions_on_named_values,
     words,
 )
@@ -188,6 +189,40 @@ def test_a_value_two_columns_hold_gets_no_condition() -> None:
     # 'Rio de Janeiro' is a city's name and a district: which one is meant is not known
     question = "Which countries speak English in Rio de Janeiro?"
     assert moved(question, where((9, "="))) == [9]
+
+
+CARS = Schema(
+    name="cars",
+    tables=(Table("cars_data"), Table("car_names")),
+    columns=(
+        Column(0, "id", type="integer", primary_key=True),  # 0
+        Column(0, "weight", type="integer"),  # 1
+        Column(0, "year", type="integer"),  # 2
+        Column(1, "make_id", type="integer", primary_key=True),  # 3
+        Column(1, "make"),  # 4
+    ),
+    foreign_keys=(ForeignKey(3, 0),),
+)
+CAR_VALUES = ColumnValues.of({4: ["volvo", "ford"]})
+
+
+def on_a_year(question: str, slots: Slots) -> list[int]:
+    select = frozenset({SelectItem("min", 1)})  # min(cars_data.weight)
+    named = NamedValues.spoken(question, CARS, CAR_VALUES)
+    return [p.column for p in conditions_on_a_year(question, CARS, select, slots, named).where]
+
+
+def test_a_text_condition_takes_the_year_the_question_gives() -> None:
+    question = "What is the minimum weight of the cars produced in 1974?"
+    assert on_a_year(question, where((4, "="))) == [2]
+    # no year, a value named in capitals or quotes, a condition holding a named value: kept
+    assert on_a_year("What is the minimum weight of the cars?", where((4, "="))) == [4]
+    assert on_a_year("What is the minimum weight of Fords made in 1974?", where((4, "="))) == [4]
+    assert on_a_year("What is the lightest 'ford' of 1974?", where((4, "="))) == [4]
+    assert on_a_year("What is the minimum weight of ford cars in 1974?", where((4, "="))) == [4]
+    # a condition on a number column, or the year already taken: kept
+    assert on_a_year(question, where((1, ">"))) == [1]
+    assert on_a_year(question, where((2, ">"), (4, "="))) == [2, 4]
 
 
 def test_spider_values_follow_the_value_index_rules() -> None:
