@@ -17,7 +17,8 @@
    and for the fp32 and int8 ONNX models when `build/onnx/` holds them (made by
    `python -m model_export.export_sketch`; on a fresh checkout, after
    `python -m model_export.restore_weights`).
-2. Latency of one question (sketch model + aligner + decoding, `Sketcher.sketch`): the first
+2. Latency of one question (sketch model + aligner + decoding, `Sketcher.sketch`, given the
+   values the question names as above): the first
    `--latency-questions` dev questions, each run once with the shipped models, ONNX fp32, ONNX
    int8 and PyTorch eager (the trained checkpoints in `build/`, through the same `Sketcher`
    code), interleaved question by question so that the machine's noise falls on all alike; p50
@@ -72,7 +73,7 @@ def torch_sketcher() -> Sketcher | None:
         from model_export.sketch_model import sketcher_of
         from model_export.train_aligner import DEFAULT_WORKDIR, aligner_model, load_sketch_model
         from model_export.train_sketch import DEFAULT_WORKDIR as SKETCH_WORKDIR
-        from model_export.train_sketch import tokenizer_path
+        from model_export.train_sketch import reads_values, tokenizer_path
     except ImportError as exc:
         say(f"PyTorch eager skipped: {exc} (pip install -e '.[export]')")
         return None
@@ -83,7 +84,12 @@ def torch_sketcher() -> Sketcher | None:
     config = json.loads((DEFAULT_WORKDIR / "config.json").read_text(encoding="utf-8"))
     aligner = aligner_model(int(config["layers"]))
     aligner.load_state_dict(torch.load(DEFAULT_WORKDIR / "model.pt", weights_only=True))
-    return sketcher_of(load_sketch_model(SKETCH_WORKDIR), aligner, tokenizer_path())
+    return sketcher_of(
+        load_sketch_model(SKETCH_WORKDIR),
+        aligner,
+        tokenizer_path(),
+        reads_values=reads_values(SKETCH_WORKDIR),
+    )
 
 
 def accuracy_table(figures: dict[str, Any], title: str) -> str:
@@ -113,11 +119,11 @@ def latency(variants: dict[str, Sketcher], questions: Sequence[Question]) -> str
     timings: dict[str, list[float]] = {name: [] for name in variants}
     for sketcher in variants.values():  # warm-up: first runs allocate
         for item in questions[:3]:
-            sketcher.sketch(item.question, item.schema)
+            sketcher.sketch(item.question, item.schema, item.values)
     for number, item in enumerate(questions, 1):
         for name, sketcher in variants.items():
             started = time.perf_counter()
-            sketcher.sketch(item.question, item.schema)
+            sketcher.sketch(item.question, item.schema, item.values)
             timings[name].append((time.perf_counter() - started) * 1000.0)
         if number % 20 == 0 or number == len(questions):
             sys.stderr.write(f"\r  latency: {number}/{len(questions)} questions".ljust(60))
@@ -160,7 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = resolve_models_dir() / SKETCH_MODEL / "tokenizer.json"
     for name, (sketch_path, aligner_path) in BUILT.items():
         if sketch_path.exists() and aligner_path.exists():
-            variants[name] = Sketcher.from_files(sketch_path, aligner_path, tokenizer)
+            variants[name] = Sketcher.from_files(
+                sketch_path, aligner_path, tokenizer, reads_values=shipped.reads_values
+            )
         else:
             say(f"{name} skipped: {sketch_path} not built (python -m model_export.export_sketch)")
     report = ["## Sketch accuracy and latency (benchmarks.sketch_accuracy)", ""]

@@ -144,14 +144,21 @@ def accuracy(
         found = sketcher.hypotheses(item.question, item.schema, item.values)
         if item.gold is not None:
             gold = _parts(item.gold)
+            # a model that reads the values is scored again without them for the schema-only row
+            plain = (
+                sketcher.hypotheses(item.question, item.schema)
+                if sketcher.reads_values and item.values is not None
+                else found
+            )
             for name in rankings:
                 ranking = default if name == SCHEMA_ONLY else name
+                base = plain if name == SCHEMA_ONLY else found
                 ranked = rank(
-                    found.scores,
-                    found.selects,
-                    found.keywords,
-                    found.froms,
-                    None if ranking == "sketch" else found.aligned,
+                    base.scores,
+                    base.selects,
+                    base.keywords,
+                    base.froms,
+                    None if ranking == "sketch" else base.aligned,
                     combine=ranking == "combined",
                     named=(item.schema, item.question) if settings.named_from else None,
                     more_where=settings.more_where_logit,

@@ -51,10 +51,10 @@ from model_export.hand_checked import missed
 from model_export.train_aligner import DEFAULT_WORKDIR as ALIGNER_WORKDIR
 from model_export.train_aligner import aligner_model, load_sketch_model
 from model_export.train_sketch import DEFAULT_WORKDIR as SKETCH_WORKDIR
-from model_export.train_sketch import SPIDER, tokenizer_path
+from model_export.train_sketch import SPIDER, reads_values, tokenizer_path
 from proxy.config import SketchSettings
 from proxy.nl2sql.aligner import pair_text
-from proxy.nl2sql.encoding import WindowEncoder, batch
+from proxy.nl2sql.encoding import WindowEncoder, batch, value_marks
 from proxy.nl2sql.sketcher import ALIGNER_MODEL, SKETCH_MODEL, Sketcher
 from proxy.runtime import load_tokenizer, pad_encodings, sha256_file
 
@@ -121,7 +121,16 @@ def export_sketch_fp32(target: Path, workdir: Path) -> float:
     model.encoder.config._attn_implementation = "eager"
     encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512))
     questions = dev_questions(limit=40)
-    windows = [w for q in questions for w in encoder.encode(q.question, q.schema)]
+    marks = reads_values(workdir)
+    windows = [
+        w
+        for q in questions
+        for w in encoder.encode(
+            q.question,
+            q.schema,
+            value_marks(q.values.columns) if marks and q.values is not None else (),
+        )
+    ]
     arrays = batch(windows[:8])
     feed = {name: getattr(arrays, name) for name in INPUT_NAMES}
     tensors = tuple(torch.from_numpy(feed[name]) for name in INPUT_NAMES)
@@ -413,7 +422,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         """Dev accuracy, and the hand-checked questions answered wrong."""
         say(f"measuring {label} on Spider dev ({len(questions)} questions)")
         sketcher = Sketcher.from_files(
-            sketch_path, aligner_path, tokenizer, settings=SketchSettings()
+            sketch_path,
+            aligner_path,
+            tokenizer,
+            settings=SketchSettings(),
+            reads_values=reads_values(args.sketch_workdir),
         )
         result = accuracy(sketcher, questions)
         say(f"  {result}")
@@ -524,6 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "question_logits": "float32 [windows, 13]",
                 },
                 "max_length": 256,
+                "reads_values": reads_values(args.sketch_workdir),
                 "training": {
                     "command": training_command(
                         args.sketch_workdir, "python -m model_export.train_sketch"

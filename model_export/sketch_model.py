@@ -180,8 +180,11 @@ class TorchSession:
         return [named[n].numpy() for n in outputs]
 
 
-def sketcher_of(sketch: Any, aligner: Any, tokenizer: Path) -> Sketcher:
-    """A `Sketcher` over the PyTorch sketch model and aligner (eval mode, CPU)."""
+def sketcher_of(
+    sketch: Any, aligner: Any, tokenizer: Path, *, reads_values: bool = False
+) -> Sketcher:
+    """A `Sketcher` over the PyTorch sketch model and aligner (eval mode, CPU); `reads_values`:
+    whether the sketch model was trained with the question's values beside their columns."""
     return Sketcher(
         TorchSession(sketch, INPUT_NAMES, OUTPUT_NAMES),  # type: ignore[arg-type]
         Aligner(
@@ -190,4 +193,5 @@ def sketcher_of(sketch: Any, aligner: Any, tokenizer: Path) -> Sketcher:
         ),
         WindowEncoder(load_tokenizer(tokenizer, 512)),
         SketchSettings(),
+        reads_values=reads_values,
     )

@@ -34,6 +34,7 @@ from model_export.train_sketch import (
     Example,
     predict,
     read_examples,
+    reads_values,
     tokenizer_path,
 )
 from model_export.training import add_hardware_arguments, use_bf16
@@ -246,8 +247,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         schemas = load_spider_schemas(args.spider / "tables.json")
         encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512))
-        train, _ = read_examples(args.spider / "train.json", schemas, encoder, args.limit)
-        dev, _ = read_examples(args.spider / "dev.json", schemas, encoder, args.limit)
+        # the sketch model sees what it was trained on: the question's values, if it reads them
+        values = reads_values(args.sketch_workdir)
+        train, _ = read_examples(
+            args.spider / "train.json", schemas, encoder, args.limit, values=values
+        )
+        dev, _ = read_examples(
+            args.spider / "dev.json", schemas, encoder, args.limit, values=values
+        )
         sketch_model = load_sketch_model(args.sketch_workdir).to(device)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             train_pairs = make_pairs(train, sketch_model, add_gold=True)

@@ -43,8 +43,9 @@ from typing import Any
 import numpy as np
 
 from model_export.training import add_hardware_arguments, progress, use_bf16
-from proxy.nl2sql.encoding import EncodedWindow, WindowEncoder, batch
+from proxy.nl2sql.encoding import EncodedWindow, WindowEncoder, batch, value_marks
 from proxy.nl2sql.schema import Schema, load_spider_schemas
+from proxy.nl2sql.serialize import Marks
 from proxy.nl2sql.sketch import (
     COLUMN_OUTPUTS,
     QUESTION_OUTPUTS,
@@ -55,6 +56,7 @@ from proxy.nl2sql.sketch import (
     merge_windows,
     select_candidates,
 )
+from proxy.nl2sql.value_evidence import ColumnValues, NamedValues
 from proxy.runtime import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,10 +95,18 @@ class Example:
 
 
 def read_examples(
-    path: Path, schemas: dict[str, Schema], encoder: WindowEncoder, limit: int = 0
+    path: Path,
+    schemas: dict[str, Schema],
+    encoder: WindowEncoder,
+    limit: int = 0,
+    *,
+    values: bool = False,
 ) -> tuple[list[Example], dict[str, int]]:
     """Labelled, encoded examples of a Spider file, and the count of gold queries not labelled by
-    reason."""
+    reason. With `values`, each column is shown with the values of it the question names
+    (`encoding.value_marks`), read from the database's SQLite file beside `path` as the value
+    index would hold them (`evaluate_sketch.spider_values`)."""
+    from model_export.evaluate_sketch import spider_values
     from model_export.sketch_labels import label_examples
 
     raw: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
@@ -104,13 +114,33 @@ def read_examples(
         raw = raw[:limit]
     labels, skipped = label_examples(raw, schemas)
     examples = []
-    for entry, label in zip(raw, labels, strict=True):
+    contents: dict[str, ColumnValues | None] = {}
+    for number, (entry, label) in enumerate(zip(raw, labels, strict=True), 1):
         if label is None:
             continue
         schema = schemas[entry["db_id"]]
-        windows = tuple(encoder.encode(entry["question"], schema))
+        marks: Marks = ()
+        if values:
+            if schema.name not in contents:
+                read = spider_values(path.parent, schema)
+                contents[schema.name] = None if read is None else ColumnValues.of(read)
+            held = contents[schema.name]
+            if held is not None:
+                marks = value_marks(NamedValues.spoken(entry["question"], schema, held).columns)
+            if number % 500 == 0:
+                progress(f"  {path.name}: {number}/{len(raw)} questions with their values")
+        windows = tuple(encoder.encode(entry["question"], schema, marks))
         examples.append(Example(entry["question"], schema, label, windows))
     return examples, dict(skipped)
+
+
+def reads_values(workdir: Path) -> bool:
+    """Whether the weights in `workdir` were trained with `--values` (as its config.json, or
+    that of the run restored into it, records)."""
+    path = workdir / "config.json"
+    if not path.exists():
+        return False
+    return bool(json.loads(path.read_text(encoding="utf-8")).get("values") == "True")
 
 
 def tokenizer_path() -> Path:
@@ -361,6 +391,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="train the shipped model's stages (SHIPPED_RECIPE) in <workdir>/stage-N, each from "
         "the last; they set --epochs, --lr, --head-lr and --seed",
     )
+    parser.add_argument(
+        "--values",
+        action="store_true",
+        help="show the model, beside each column, the values of it the question names (read "
+        "from Spider's SQLite files as the value index would hold them); a model trained so is "
+        "exported with `reads_values` and given them at inference",
+    )
     add_hardware_arguments(parser)
     args = parser.parse_args(argv)
     if args.recipe and args.init is not None:
@@ -370,9 +407,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512))
     started = time.monotonic()
     train_examples, train_skipped = read_examples(
-        args.spider / "train.json", schemas, encoder, args.limit
+        args.spider / "train.json", schemas, encoder, args.limit, values=args.values
     )
-    dev, dev_skipped = read_examples(args.spider / "dev.json", schemas, encoder, args.limit)
+    dev, dev_skipped = read_examples(
+        args.spider / "dev.json", schemas, encoder, args.limit, values=args.values
+    )
     windows = sum(len(e.windows) for e in train_examples)
     print(
         f"train: {len(train_examples)} labelled ({windows} windows), not labelled {train_skipped}; "

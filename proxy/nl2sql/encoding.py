@@ -12,7 +12,7 @@ item k's name (`Window.column_spans`, `Window.table_spans`): the model reads an 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,12 +20,15 @@ import numpy.typing as npt
 from tokenizers import Encoding, Tokenizer
 
 from proxy.nl2sql.schema import Schema
-from proxy.nl2sql.serialize import Span, Window, windows
+from proxy.nl2sql.serialize import Marks, Span, Window, windows
 
 MAX_LENGTH = 256
 """Tokens a window may take, question and schema together (the models are trained at this)."""
 MAX_QUESTION_TOKENS = 96
 """A longer question is cut to this many tokens, so that every window keeps room for schema."""
+MARKED_VALUES = 2
+"""A value-reading model is shown at most this many of the values a question names in one column
+(the first in sorted order)."""
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float32]
@@ -57,6 +60,17 @@ class Batch:
     table_mask: FloatArray
 
 
+def value_marks(named: Mapping[int, Iterable[str]]) -> Marks:
+    """What a value-reading sketch model is shown beside each column: the values of it the
+    question names (`NamedValues.columns`: column -> normalised values), at most MARKED_VALUES,
+    joined by ` ; `."""
+    return tuple(
+        (column, " ; ".join(sorted(values)[:MARKED_VALUES]))
+        for column, values in sorted(named.items())
+        if values
+    )
+
+
 def _tokens_in(encoding: Encoding, span: Span) -> tuple[int, ...]:
     start, end = span
     return tuple(
@@ -80,8 +94,8 @@ class WindowEncoder:
         # schema and the room the question leaves, so it is kept for the schemas asked about.
         self._windows = functools.lru_cache(maxsize=128)(self._split)
 
-    def _split(self, schema: Schema, budget: int) -> tuple[Window, ...]:
-        return tuple(windows(schema, budget, self.count_tokens))
+    def _split(self, schema: Schema, budget: int, marks: Marks) -> tuple[Window, ...]:
+        return tuple(windows(schema, budget, self.count_tokens, marks))
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
@@ -90,12 +104,14 @@ class WindowEncoder:
         ids: list[int] = self.tokenizer.encode(question, add_special_tokens=False).ids
         return ids[:MAX_QUESTION_TOKENS]
 
-    def encode(self, question: str, schema: Schema) -> list[EncodedWindow]:
+    def encode(self, question: str, schema: Schema, marks: Marks = ()) -> list[EncodedWindow]:
+        """The windows of `schema` beside `question`; `marks`: the values shown beside their
+        columns (`value_marks`), for a model that reads them."""
         question_text = self.tokenizer.decode(self.question_ids(question))
         used = len(self.question_ids(question_text)) + 3  # [CLS] question [SEP] schema [SEP]
         return [
             self._encode_window(question_text, window)
-            for window in self._windows(schema, self.max_length - used)
+            for window in self._windows(schema, self.max_length - used, marks)
         ]
 
     def _encode_window(self, question: str, window: Window) -> EncodedWindow:

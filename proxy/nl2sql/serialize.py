@@ -9,6 +9,10 @@ the models read (`Table.label`, `Column.label`). Every item's name is recorded a
 of the text, so a model reads an item at its own tokens, and whatever it picks is mapped back to a
 real schema item by index: it cannot name a table or column that does not exist.
 
+A model that reads the database's values (`Marks`) also sees, after a column's name, the values of
+that column the question names: `c2: name = kabul`. The value is not part of the column's span: the
+column is still read at its name's tokens, which attend to the value beside them.
+
 Long schemas are never cut. When the schema does not fit beside the question in the model's
 window, it is split into several windows (`windows`): tables are taken in foreign-key
 neighbourhood order (a table, then the tables it joins, breadth first) and packed greedily, so
@@ -29,6 +33,9 @@ from proxy.nl2sql.schema import Schema
 from proxy.nl2sql.sketch import STAR
 
 Span = tuple[int, int]
+Marks = tuple[tuple[int, str], ...]
+"""(column, text) pairs, sorted by column: what a value-reading model is shown after a column's
+name (`encoding.value_marks`)."""
 
 
 @dataclass(frozen=True)
@@ -59,9 +66,15 @@ class _Writer:
         return "".join(self.parts)
 
 
-def serialize(schema: Schema, parts: Sequence[tuple[int, Sequence[int]]] | None = None) -> Window:
+def serialize(
+    schema: Schema,
+    parts: Sequence[tuple[int, Sequence[int]]] | None = None,
+    marks: Marks = (),
+) -> Window:
     """The serialization of `parts` — (table, its columns to show) pairs, in order — or of the
-    whole schema. Foreign keys are those between tables in `parts` (both columns shown)."""
+    whole schema. Foreign keys are those between tables in `parts` (both columns shown). A
+    column in `marks` is followed by ` = <its text>`."""
+    marked = dict(marks)
     if parts is None:
         parts = [(t, schema.table_columns[t]) for t in range(len(schema.tables))]
     out = _Writer()
@@ -80,6 +93,8 @@ def serialize(schema: Schema, parts: Sequence[tuple[int, Sequence[int]]] | None 
             out.add(f"{' ,' if position else ''} c{index}: ")
             columns.append(column)
             column_spans.append(out.add(schema.columns[column].label))
+            if column in marked:
+                out.add(f" = {marked[column]}")
         out.add(" )")
     visible = set(columns)
     for key in schema.foreign_keys:
@@ -121,11 +136,13 @@ def neighbourhood_order(schema: Schema) -> list[int]:
     return order
 
 
-def windows(schema: Schema, budget: int, count_tokens: Callable[[str], int]) -> list[Window]:
+def windows(
+    schema: Schema, budget: int, count_tokens: Callable[[str], int], marks: Marks = ()
+) -> list[Window]:
     """The schema in as few windows as fit: each window's text is at most `budget` tokens by
     `count_tokens` (when one column alone is over budget it still gets a window). One window,
-    the whole schema in table order, whenever it fits."""
-    whole = serialize(schema)
+    the whole schema in table order, whenever it fits. `marks`: as in `serialize`."""
+    whole = serialize(schema, marks=marks)
     if count_tokens(whole.text) <= budget:
         return [whole]
     pieces: list[tuple[int, list[int]]] = []
@@ -134,7 +151,10 @@ def windows(schema: Schema, budget: int, count_tokens: Callable[[str], int]) -> 
         # A table wider than a window is cut into parts that each fit alone.
         part: list[int] = []
         for column in columns:
-            if part and count_tokens(serialize(schema, [(table, [*part, column])]).text) > budget:
+            if (
+                part
+                and count_tokens(serialize(schema, [(table, [*part, column])], marks).text) > budget
+            ):
                 pieces.append((table, part))
                 part = []
             part.append(column)
@@ -142,10 +162,10 @@ def windows(schema: Schema, budget: int, count_tokens: Callable[[str], int]) -> 
     result: list[Window] = []
     current: list[tuple[int, Sequence[int]]] = []
     for piece in pieces:
-        if current and count_tokens(serialize(schema, [*current, piece]).text) > budget:
-            result.append(serialize(schema, current))
+        if current and count_tokens(serialize(schema, [*current, piece], marks).text) > budget:
+            result.append(serialize(schema, current, marks))
             current = []
         current.append(piece)
     if current:
-        result.append(serialize(schema, current))
+        result.append(serialize(schema, current, marks))
     return result

@@ -11,7 +11,9 @@ K1 most probable SELECT sets, K2 FROM sets and K3 keyword sets (`[sketch]` setti
 with every FROM set, and the sketches come back best first (by pair, then by FROM). Every sketch
 names only schema items that exist: the models pick items by position, never by text. Given the
 values the question names in the database (`value_evidence.NamedValues`), a WHERE condition on
-a column that holds none of them moves to one that holds one (`rank`).
+a column that holds none of them moves to one that holds one (`rank`); a sketch model trained to
+read them (manifest.json's `reads_values`) also sees them beside their columns
+(`encoding.value_marks`).
 
 Both models are verified against manifest.json when loaded, loaded once per settings and shared;
 a `Sketcher` is thread-safe (ONNX Runtime sessions may run concurrently).
@@ -32,7 +34,7 @@ import onnxruntime as ort
 
 from proxy.config import ConfigError, RuntimeSettings, SketchSettings
 from proxy.nl2sql.aligner import Aligner, FloatArray, pair_text
-from proxy.nl2sql.encoding import WindowEncoder, batch
+from proxy.nl2sql.encoding import WindowEncoder, batch, value_marks
 from proxy.nl2sql.schema import Schema, spelled_out
 from proxy.nl2sql.sketch import (
     SelectItem,
@@ -124,8 +126,13 @@ class Sketcher:
         aligner: Aligner | None,
         encoder: WindowEncoder,
         settings: SketchSettings | None = None,
+        *,
+        reads_values: bool = False,
     ) -> None:
         self.settings = settings if settings is not None else SketchSettings()
+        self.reads_values = reads_values
+        """Whether the sketch model was trained to see, beside each column, the values of it
+        the question names (`scores`)."""
         _check(self.settings)
         self._session = sketch_session
         self._aligner = aligner
@@ -150,8 +157,10 @@ class Sketcher:
         settings: SketchSettings | None = None,
         providers: Sequence[str] = ("CPUExecutionProvider",),
         threads: int = 0,
+        reads_values: bool = False,
     ) -> Sketcher:
-        """A sketcher over these files, unchecked (`load_sketcher` verifies them first)."""
+        """A sketcher over these files, unchecked (`load_sketcher` verifies them first);
+        `reads_values`: as manifest.json says of the sketch model."""
         aligner = None
         if aligner_model is not None:
             aligner = Aligner(
@@ -162,11 +171,17 @@ class Sketcher:
             aligner,
             WindowEncoder(load_tokenizer(tokenizer, 512)),
             settings,
+            reads_values=reads_values,
         )
 
-    def scores(self, question: str, schema: Schema) -> SketchScores:
-        """The sketch model's logits for every item of `schema`, its windows merged."""
-        encoded = self._encoder.encode(question, schema)
+    def scores(
+        self, question: str, schema: Schema, values: NamedValues | None = None
+    ) -> SketchScores:
+        """The sketch model's logits for every item of `schema`, its windows merged; a model
+        that `reads_values` sees `values` (the database's values the question names) beside
+        their columns."""
+        marks = value_marks(values.columns) if self.reads_values and values is not None else ()
+        encoded = self._encoder.encode(question, schema, marks)
         arrays = batch(encoded)
         column_logits, table_logits, question_logits = self._session.run(
             ["column_logits", "table_logits", "question_logits"],
@@ -222,7 +237,7 @@ class Sketcher:
             )
         schema = self._spelled_out(schema)
         settings = self.settings
-        scores = self.scores(question, schema)
+        scores = self.scores(question, schema, values)
         selects = select_candidates(scores, settings.select_k, schema)
         keywords = keyword_candidates(scores, settings.keywords_k)
         froms = from_candidates(scores, settings.from_k)
@@ -430,6 +445,7 @@ def load_sketcher(
                 settings=settings,
                 providers=providers,
                 threads=runtime.threads,
+                reads_values=sketch.entry.get("reads_values") is True,
             )
             log.info(
                 "sketch model and aligner loaded from %s on %s (%s)",

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from proxy.nl2sql.encoding import MAX_QUESTION_TOKENS, EncodedWindow, WindowEncoder, batch
+from proxy.nl2sql.encoding import (
+    MARKED_VALUES,
+    MAX_QUESTION_TOKENS,
+    EncodedWindow,
+    WindowEncoder,
+    batch,
+    value_marks,
+)
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.sketch import STAR
 
@@ -111,6 +118,38 @@ def test_a_long_question_is_cut_and_short_ones_are_not(
     (window,) = encoder.encode(short, schema)
     expected = tokenizer.encode(short, add_special_tokens=False).ids
     assert window.input_ids[1 : window.schema_start - 1] == expected
+
+
+def test_value_marks_show_a_few_sorted_values_of_each_column() -> None:
+    named = {7: frozenset({"tour", "gig", "anniversary"}), 2: frozenset({"france"}), 3: frozenset()}
+    assert MARKED_VALUES == 2
+    assert value_marks(named) == ((2, "france"), (7, "anniversary ; gig"))
+    assert value_marks({}) == ()
+
+
+def test_marked_values_are_encoded_beside_their_column(
+    tokenizer: Tokenizer, spider: dict[str, Schema]
+) -> None:
+    schema = spider["concert_singer"]
+    country = next(i for i, c in enumerate(schema.columns) if c.label == "country" and c.table == 1)
+    encoder = WindowEncoder(tokenizer, 256)
+    question = "What is the average age of singers from France?"
+    (plain,) = encoder.encode(question, schema)
+    (marked,) = encoder.encode(question, schema, ((country, "france"),))
+    assert "country = france" in marked.window.text
+    assert "country = france" not in plain.window.text
+    assert marked.length == plain.length + 2  # "=" and "france"
+    position = marked.window.columns.index(country)
+    tokens = marked.column_tokens[position]
+    assert tokenizer.decode([marked.input_ids[t] for t in tokens]) == "country"
+    after = marked.input_ids[tokens[-1] + 1 : tokens[-1] + 3]
+    assert tokenizer.decode(after) == "= france"
+    # marks change the split too: a schema is split under what it is shown with
+    encoder_small = WindowEncoder(tokenizer, 128)
+    many = tuple((c, "a value of many words here") for c in range(len(schema.columns)))
+    assert len(encoder_small.encode(question, schema, many)) > len(
+        encoder_small.encode(question, schema)
+    )
 
 
 def test_splitting_is_needed_where_the_schema_does_not_fit(

@@ -21,7 +21,7 @@ from proxy.nl2sql.schema import (
     load_spider_schemas,
     spelled_out,
 )
-from proxy.nl2sql.serialize import Window, neighbourhood_order, serialize, windows
+from proxy.nl2sql.serialize import Marks, Window, neighbourhood_order, serialize, windows
 from proxy.nl2sql.sketch import STAR
 
 SPIDER = Path(__file__).resolve().parents[3] / "shared" / "data" / "spider"
@@ -90,6 +90,38 @@ def test_a_part_of_a_schema_keeps_only_the_foreign_keys_between_shown_columns() 
     assert window.columns == (STAR, 6, 8, 0, 10)
     assert window.tables == (2, 0, 3)
     _check_window(SMALL, window)
+
+
+def test_marked_values_follow_their_column_outside_its_span() -> None:
+    window = serialize(SMALL, marks=((5, "france"), (7, "gig ; tour")))
+    assert window.text == (
+        "concert singer: *"
+        " | t0: stadium ( c0: stadium id , c1: location , c2: name )"
+        " | t1: singer ( c0: singer id , c1: name , c2: country = france )"
+        " | t2: concert ( c0: concert id , c1: concert name = gig ; tour , c2: stadium id )"
+        " | t3: singer in concert ( c0: concert id , c1: singer id )"
+        " | t2.c2 = t0.c0 | t3.c0 = t2.c0 | t3.c1 = t1.c0"
+    )
+    assert window.text[slice(*window.column_spans[1 + 5])] == "country"
+    assert window.text[slice(*window.column_spans[1 + 7])] == "concert name"
+    _check_window(SMALL, window)
+    assert serialize(SMALL, marks=()) == serialize(SMALL)
+
+
+def test_windows_with_marked_values_keep_to_the_budget() -> None:
+    def words(text: str) -> int:
+        return len(text.split())
+
+    marks = ((1, "kabul ; herat"), (5, "france"))
+    whole = serialize(SMALL, marks=marks)
+    assert windows(SMALL, words(whole.text), words, marks) == [whole]
+    for budget in (12, 20, 30, words(whole.text) - 1):
+        parts = windows(SMALL, budget, words, marks)
+        assert len(parts) > 1
+        _check_windows(SMALL, parts, budget, words, marks)
+        shown = " ".join(part.text for part in parts)
+        assert "location = kabul ; herat" in shown
+        assert "country = france" in shown
 
 
 def test_neighbourhood_order_visits_foreign_key_neighbours_next() -> None:
@@ -183,10 +215,14 @@ def test_spider_windows(
 
 
 def _check_windows(
-    schema: Schema, parts: list[Window], budget: int, count_tokens: Callable[[str], int]
+    schema: Schema,
+    parts: list[Window],
+    budget: int,
+    count_tokens: Callable[[str], int],
+    marks: Marks = (),
 ) -> None:
     name = schema.name
-    whole = serialize(schema)
+    whole = serialize(schema, marks=marks)
     fits = count_tokens(whole.text) <= budget
     assert (len(parts) == 1) == fits, name
     if fits:

@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 import pytest
 
@@ -25,6 +26,7 @@ from proxy.nl2sql.sketch import (
     Sketch,
     valid_keywords,
 )
+from proxy.nl2sql.value_evidence import NamedValues
 
 SPIDER = Path(__file__).resolve().parents[3] / "shared" / "data" / "spider"
 CPU = RuntimeSettings(provider="cpu", threads=1)
@@ -135,6 +137,41 @@ def test_big_schemas_are_split_not_cut(sketcher: sketch_stage.Sketcher) -> None:
     assert scores.table_logits.shape == (40,)
     for sketch in sketcher.sketch("what is the largest amount 39?", schema):
         _check(sketch, schema)
+
+
+def test_a_value_reading_model_sees_the_values_and_another_does_not(
+    sketcher: sketch_stage.Sketcher,
+) -> None:
+    """The values reach the model's input only where the manifest says it reads them."""
+    folder = runtime.SHIPPED_MODELS_DIR
+    reading = sketch_stage.Sketcher.from_files(
+        folder / "sketch" / "model.onnx",
+        None,
+        folder / "sketch" / "tokenizer.json",
+        threads=1,
+        reads_values=True,
+    )
+    schema = _tiny_schema()
+    question = "what is the id of the singer named Adele?"
+    named = NamedValues({1: frozenset({"adele"})}, frozenset({1}))
+    plain = reading.scores(question, schema)
+    shown = reading.scores(question, schema, named)
+    assert not np.allclose(plain.column_logits, shown.column_logits)
+    assert np.array_equal(plain.column_logits, reading.scores(question, schema, None).column_logits)
+    if not sketcher.reads_values:
+        unread = sketcher.scores(question, schema, named)
+        assert np.array_equal(unread.column_logits, sketcher.scores(question, schema).column_logits)
+
+
+def test_whether_the_sketch_model_reads_values_comes_from_the_manifest(models_copy: Path) -> None:
+    shipped = runtime.read_manifest(runtime.SHIPPED_MODELS_DIR)["models"]["sketch"]
+    loaded = sketch_stage.load_sketcher(CPU)
+    assert loaded.reads_values == (shipped.get("reads_values") is True)
+    manifest = json.loads((models_copy / "manifest.json").read_text(encoding="utf-8"))
+    manifest["models"]["sketch"]["reads_values"] = not loaded.reads_values
+    (models_copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    settings = RuntimeSettings(provider="cpu", models_dir=str(models_copy), threads=1)
+    assert sketch_stage.load_sketcher(settings).reads_values == (not loaded.reads_values)
 
 
 def test_a_schema_with_no_column_is_refused(sketcher: sketch_stage.Sketcher) -> None:

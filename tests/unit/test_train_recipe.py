@@ -1,6 +1,7 @@
 """The sketch model's recipe (`train_sketch --recipe`): stages run in turn, each from the weights of
 the one before, a finished stage is not trained again, and the last stage's weights and every
-stage's epochs end up where `export_sketch` reads them, with the command that made them."""
+stage's epochs end up where `export_sketch` reads them, with the command that made them. And the
+examples a run trains on: with `--values`, the values each question names beside their columns."""
 
 from __future__ import annotations
 
@@ -10,7 +11,18 @@ from pathlib import Path
 import pytest
 
 from model_export.export_sketch import training_command
-from model_export.train_sketch import SHIPPED_RECIPE, Stage, run_recipe
+from model_export.train_sketch import (
+    SHIPPED_RECIPE,
+    SPIDER,
+    Stage,
+    read_examples,
+    reads_values,
+    run_recipe,
+)
+from proxy.nl2sql.encoding import WindowEncoder
+from proxy.nl2sql.schema import load_spider_schemas
+from proxy.nl2sql.serialize import serialize
+from proxy.runtime import SHIPPED_MODELS_DIR, load_tokenizer
 
 STAGES = (
     Stage(epochs=2, lr=1e-3, head_lr=1e-2, seed=1),
@@ -79,3 +91,32 @@ def test_a_recipe_starts_from_the_base_model(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         main(["--recipe", "--init", "model.pt"])
     assert "leave out --init" in capsys.readouterr().err
+
+
+def test_a_run_reads_values_where_its_config_says_so(tmp_path: Path) -> None:
+    assert not reads_values(tmp_path)
+    for flag, expected in (("True", True), ("False", False)):
+        (tmp_path / "config.json").write_text(json.dumps({"values": flag}), encoding="utf-8")
+        assert reads_values(tmp_path) is expected
+
+
+def test_training_examples_show_the_values_their_question_names() -> None:
+    """With --values, a question's windows show the database's values it names beside their
+    columns (read from Spider's SQLite file); without, the schema alone."""
+    if not (SPIDER / "dev.json").exists():
+        pytest.skip(f"Spider is not at {SPIDER}")
+    schemas = load_spider_schemas(SPIDER / "tables.json")
+    # the base model's tokenizer, as the shipped sketch model carries it (no torch needed)
+    encoder = WindowEncoder(load_tokenizer(SHIPPED_MODELS_DIR / "sketch" / "tokenizer.json", 512))
+    plain, _ = read_examples(SPIDER / "dev.json", schemas, encoder, 20)
+    marked, _ = read_examples(SPIDER / "dev.json", schemas, encoder, 20, values=True)
+    assert [e.question for e in plain] == [e.question for e in marked]
+    france = [e for e in marked if "France" in e.question]
+    assert france
+    for example in france:
+        assert "country = france" in example.windows[0].window.text
+    for before, after in zip(plain, marked, strict=True):
+        assert " = france" not in before.windows[0].window.text
+        assert before.windows[0].window == serialize(before.schema)
+        if "France" not in after.question and "french" not in after.question.lower():
+            assert after.windows == before.windows, after.question
