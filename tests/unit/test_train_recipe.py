@@ -22,7 +22,7 @@ from model_export.train_sketch import (
 from proxy.nl2sql.encoding import WindowEncoder
 from proxy.nl2sql.schema import load_spider_schemas
 from proxy.nl2sql.serialize import serialize
-from proxy.runtime import SHIPPED_MODELS_DIR, load_tokenizer
+from proxy.runtime import SHIPPED_MODELS_DIR, load_tokenizer, read_manifest
 
 STAGES = (
     Stage(epochs=2, lr=1e-3, head_lr=1e-2, seed=1),
@@ -120,3 +120,9 @@ def test_training_examples_show_the_values_their_question_names() -> None:
         assert before.windows[0].window == serialize(before.schema)
         if "France" not in after.question and "french" not in after.question.lower():
             assert after.windows == before.windows, after.question
+
+
+def test_the_shipped_model_reads_values_as_its_recipe_ends() -> None:
+    manifest = read_manifest(SHIPPED_MODELS_DIR)["models"]["sketch"]
+    assert manifest["reads_values"] is SHIPPED_RECIPE[-1].values
+    assert manifest["training"]["command"] == "python -m model_export.train_sketch --recipe"
