@@ -337,7 +337,27 @@ def rank(
                 )
                 for tables, from_score in pair_froms
             )
-    return sketches + replaced
+    ranked_sketches = sketches + replaced
+    if values is None:
+        return ranked_sketches
+    return [
+        *(s for s in ranked_sketches if not shows_only_its_values(s, values)),
+        *(s for s in ranked_sketches if shows_only_its_values(s, values)),
+    ]
+
+
+def shows_only_its_values(sketch: Sketch, values: NamedValues) -> bool:
+    """Whether every column `sketch` shows is one a WHERE condition makes equal to a value the
+    question names: its answer would be those values back ("which students live in Boston or
+    Chicago?" showing home_city). `rank` puts such sketches after all the others."""
+    equal = {
+        p.column
+        for p in sketch.slots.where
+        if p.operator == "=" and not p.nested and p.column in values.columns
+    }
+    return bool(equal) and all(
+        item.aggregate == "" and item.column in equal for item in sketch.select
+    )
 
 
 def _repaired(

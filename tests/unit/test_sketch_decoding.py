@@ -33,6 +33,7 @@ from proxy.nl2sql.sketch import (
     FloatArray,
     Predicate,
     SelectItem,
+    Sketch,
     SketchScores,
     Slots,
     aggregates_of_one_table,
@@ -77,7 +78,8 @@ from proxy.nl2sql.sketch import (
     tables_named_in,
     valid_keywords,
 )
-from proxy.nl2sql.sketcher import rank
+from proxy.nl2sql.sketcher import rank, shows_only_its_values
+from proxy.nl2sql.value_evidence import NamedValues
 
 Valid = Callable[[frozenset[int]], bool]
 TOLERANCE = 1e-4  # the logits are float32; log-probabilities of ~12 items agree to this
@@ -1793,3 +1795,28 @@ def test_grouped_by_asked() -> None:
     uncounted = replace(by_id, having=(SelectItem("max", 2),))
     assert grouped_by_asked(asked, SCHOOLERS, select, uncounted) is None
     assert grouped_by_asked(asked, SCHOOLERS, select, by_grade) is None
+
+
+@pytest.mark.parametrize(
+    ("shown", "where", "held", "expected"),
+    [
+        ((":1",), (("=", NAME),), {NAME}, True),  # the names the question gives, back
+        ((":1",), (("=", NAME),), set(), False),  # no value of it named: a real condition
+        ((":1", ":2"), (("=", NAME),), {NAME}, False),  # net worth shown too
+        (("count:1",), (("=", NAME),), {NAME}, False),  # counted, not shown back
+        ((":1",), (("like", NAME),), {NAME}, False),  # a pattern: the rows say more
+        ((":1",), (("=", NAME), ("=", TITLE)), {NAME}, True),
+        ((":5",), (("=", NAME),), {NAME}, False),  # another column shown
+    ],
+)
+def test_shows_only_its_values(
+    shown: tuple[str, ...], where: tuple[tuple[str, int], ...], held: set[int], expected: bool
+) -> None:
+    sketch = Sketch(
+        select=_items(*shown),
+        tables=frozenset({SINGER}),
+        keywords=frozenset({"where"}),
+        slots=Slots(where=tuple(Predicate(column, operator) for operator, column in where)),
+    )
+    values = NamedValues({c: frozenset({"x"}) for c in held}, frozenset(held))
+    assert shows_only_its_values(sketch, values) is expected
