@@ -349,7 +349,11 @@ def rank(
 def shows_only_its_values(sketch: Sketch, values: NamedValues) -> bool:
     """Whether every column `sketch` shows is one a WHERE condition makes equal to a value the
     question names: its answer would be those values back ("which students live in Boston or
-    Chicago?" showing home_city). `rank` puts such sketches after all the others."""
+    Chicago?" showing home_city). `rank` puts such sketches after all the others: with the sketch
+    model that reads the values, Spider dev SELECT 828 -> 833, FROM 885 -> 886 (KEYWORDS 889 ->
+    888); Spider train's first sketches SELECT 6,006 -> 6,011 (11 won, 6 lost), FROM 6,079 ->
+    6,089 (none lost). Dropping such columns from a SELECT that shows others too lost more than
+    it won (train SELECT 5 won, 13 lost; dev none changed)."""
     equal = {
         p.column
         for p in sketch.slots.where
