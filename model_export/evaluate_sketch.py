@@ -5,7 +5,8 @@ sketches, which is what the stage hands on), for three rankings of the SELECT x 
 the aligner's log-odds plus the sketch model's log-probability (pgnl's default), the aligner
 alone (the paper's), and the sketch model alone (the ablation without aligner), each with the
 values each question names in its database (`value_evidence`, read from Spider's SQLite files as
-the value index would hold them); and the default without those values (`SCHEMA_ONLY`). Also the
+the value index would hold them); and the default without those values (`SCHEMA_ONLY`; a sketch
+model that reads them is then also run without them). Also the
 top-k of the sketch model's own candidates, before the rules that repair them (`sketcher.rank`).
 
 Every dev question counts: a gold query the sketch cannot represent (`sketch_labels.Unlabelable`)

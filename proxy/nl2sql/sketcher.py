@@ -302,7 +302,8 @@ def rank(
     the one date column (`spoken_recency`), unless the question says the
     direction in so many words ("from high to low": `in_said_direction`); "how many different
     ..." counts one column's distinct values and "... together" sums it
-    (`one_number_asked`)."""
+    (`one_number_asked`). A sketch that would show back only the values the question names
+    comes after all the others (`shows_only_its_values`)."""
     pairs = list(itertools.product(selects, keywords))
     pair_scores = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
     if aligned is not None:
@@ -337,13 +338,9 @@ def rank(
                 )
                 for tables, from_score in pair_froms
             )
-    ranked_sketches = sketches + replaced
     if values is None:
-        return ranked_sketches
-    return [
-        *(s for s in ranked_sketches if not shows_only_its_values(s, values)),
-        *(s for s in ranked_sketches if shows_only_its_values(s, values)),
-    ]
+        return sketches + replaced
+    return sorted(sketches + replaced, key=lambda s: shows_only_its_values(s, values))  # stable
 
 
 def shows_only_its_values(sketch: Sketch, values: NamedValues) -> bool:
