@@ -20,7 +20,7 @@ import numpy.typing as npt
 from tokenizers import Encoding, Tokenizer
 
 from proxy.nl2sql.schema import Schema
-from proxy.nl2sql.serialize import Marks, Span, Window, windows
+from proxy.nl2sql.serialize import Marks, Sizes, Span, Window, windows
 
 MAX_LENGTH = 256
 """Tokens a window may take, question and schema together (the models are trained at this)."""
@@ -90,12 +90,16 @@ class WindowEncoder:
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         self.max_length = max_length
-        # Splitting a wide schema tokenizes it many times over; the split depends only on the
-        # schema and the room the question leaves, so it is kept for the schemas asked about.
+        # A split adds up the tokens of the schema's pieces, counted once per schema asked
+        # about; a question's room and the values it names change only the sums.
+        self._sizes = functools.lru_cache(maxsize=128)(self._count_pieces)
         self._windows = functools.lru_cache(maxsize=128)(self._split)
 
+    def _count_pieces(self, schema: Schema) -> Sizes:
+        return Sizes.of(schema, self.count_tokens)
+
     def _split(self, schema: Schema, budget: int, marks: Marks) -> tuple[Window, ...]:
-        return tuple(windows(schema, budget, self.count_tokens, marks))
+        return tuple(windows(schema, budget, self.count_tokens, marks, self._sizes(schema)))
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)

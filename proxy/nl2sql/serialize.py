@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.nl2sql.schema import Schema
 from proxy.nl2sql.sketch import STAR
@@ -136,36 +136,143 @@ def neighbourhood_order(schema: Schema) -> list[int]:
     return order
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """The tokens each piece of a schema's serialization takes, counted once per schema: what
+    `windows` packs by. `serialize` starts every piece at a space (`" | t0: "`, `" c1: "`, `" ("`,
+    `" = kabul"`) or right after one (a name after `"t0: "`), and a word-piece tokenizer splits
+    text at spaces before anything else, so a window's tokens are the sum of its pieces'; a
+    split that tokenized every window it tried took time quadratic in the schema's width."""
+
+    head: int
+    """`"<db name>: *"`."""
+    tables: tuple[int, ...]
+    """A table's `" | t<i>: <name> ("` and `" )"`."""
+    columns: tuple[int, ...]
+    """A column's `" c<j>: <name>"`, and its ` = <value>` where it is marked (`marked`)."""
+    comma: int
+    """The `" ,"` before every column of a table but its first."""
+    keys: tuple[int, ...]
+    """A foreign key's `" | t<a>.c<x> = t<b>.c<y>"`, in `Schema.foreign_keys` order."""
+
+    @classmethod
+    def of(cls, schema: Schema, count_tokens: Callable[[str], int]) -> Sizes:
+        position = {c: j for columns in schema.table_columns for j, c in enumerate(columns)}
+        keys = []
+        for key in schema.foreign_keys:
+            a, b = schema.columns[key.column], schema.columns[key.referenced]
+            x, y = position[key.column], position[key.referenced]
+            keys.append(count_tokens(f" | t{a.table}.c{x} = t{b.table}.c{y}"))
+        return cls(
+            head=count_tokens(f"{schema.name.replace('_', ' ')}: *"),
+            tables=tuple(
+                count_tokens(f" | t{t}: {table.label} (") + count_tokens(" )")
+                for t, table in enumerate(schema.tables)
+            ),
+            columns=tuple(
+                count_tokens(f" c{position[c]}: {column.label}")
+                for c, column in enumerate(schema.columns)
+            ),
+            comma=count_tokens(" ,"),
+            keys=tuple(keys),
+        )
+
+    def marked(self, marks: Marks, count_tokens: Callable[[str], int]) -> Sizes:
+        """These sizes with each marked column's ` = <value>` added."""
+        if not marks:
+            return self
+        columns = list(self.columns)
+        for column, text in marks:
+            columns[column] += count_tokens(f" = {text}")
+        return replace(self, columns=tuple(columns))
+
+
+class _Packer:
+    """The tokens of a window as pieces are added to it: its tables' and columns' sizes, and
+    each foreign key's once both its columns are in."""
+
+    def __init__(self, schema: Schema, sizes: Sizes) -> None:
+        self.sizes = sizes
+        self.keys_of: dict[int, list[tuple[int, int]]] = {}
+        for index, key in enumerate(schema.foreign_keys):
+            self.keys_of.setdefault(key.column, []).append((index, key.referenced))
+            if key.referenced != key.column:
+                self.keys_of.setdefault(key.referenced, []).append((index, key.column))
+        self.clear()
+
+    def clear(self) -> None:
+        self.tokens = self.sizes.head
+        self.visible: set[int] = set()
+
+    def cost(self, table: int | None, columns: Sequence[int], *, first: bool) -> int:
+        """The tokens `columns` add (with `table`'s own pieces when it is given; the first of
+        them without a comma when `first`), and the keys they make whole."""
+        sizes = self.sizes
+        added = sizes.tables[table] if table is not None else 0
+        seen: set[int] = set()
+        keys: set[int] = set()
+        for n, column in enumerate(columns):
+            added += sizes.columns[column] + (0 if first and n == 0 else sizes.comma)
+            seen.add(column)
+            for key, other in self.keys_of.get(column, ()):
+                if other in self.visible or other in seen:
+                    keys.add(key)
+        return added + sum(sizes.keys[k] for k in keys)
+
+    def add(self, columns: Sequence[int], tokens: int) -> None:
+        self.visible.update(columns)
+        self.tokens += tokens
+
+
 def windows(
-    schema: Schema, budget: int, count_tokens: Callable[[str], int], marks: Marks = ()
+    schema: Schema,
+    budget: int,
+    count_tokens: Callable[[str], int],
+    marks: Marks = (),
+    sizes: Sizes | None = None,
 ) -> list[Window]:
     """The schema in as few windows as fit: each window's text is at most `budget` tokens by
     `count_tokens` (when one column alone is over budget it still gets a window). One window,
-    the whole schema in table order, whenever it fits. `marks`: as in `serialize`."""
-    whole = serialize(schema, marks=marks)
-    if count_tokens(whole.text) <= budget:
-        return [whole]
+    the whole schema in table order, whenever it fits. `marks`: as in `serialize`. `sizes`:
+    `Sizes.of(schema, count_tokens)`, where the caller keeps them; `count_tokens` must add up
+    over text cut at spaces, as a word-piece tokenizer's count does (`Sizes`)."""
+    sizes = (sizes if sizes is not None else Sizes.of(schema, count_tokens)).marked(
+        marks, count_tokens
+    )
+    packer = _Packer(schema, sizes)
+    for table, columns in enumerate(schema.table_columns):
+        packer.add(columns, packer.cost(table, columns, first=True))
+    if packer.tokens <= budget:
+        return [serialize(schema, marks=marks)]
     pieces: list[tuple[int, list[int]]] = []
     for table in neighbourhood_order(schema):
-        columns = list(schema.table_columns[table])
         # A table wider than a window is cut into parts that each fit alone.
         part: list[int] = []
-        for column in columns:
-            if (
-                part
-                and count_tokens(serialize(schema, [(table, [*part, column])], marks).text) > budget
-            ):
+        packer.clear()
+        packer.add((), sizes.tables[table])
+        for column in schema.table_columns[table]:
+            added = packer.cost(None, [column], first=not part)
+            if part and packer.tokens + added > budget:
                 pieces.append((table, part))
                 part = []
+                packer.clear()
+                packer.add((), sizes.tables[table])
+                added = packer.cost(None, [column], first=True)
             part.append(column)
+            packer.add([column], added)
         pieces.append((table, part))
     result: list[Window] = []
     current: list[tuple[int, Sequence[int]]] = []
-    for piece in pieces:
-        if current and count_tokens(serialize(schema, [*current, piece], marks).text) > budget:
+    packer.clear()
+    for table, part in pieces:
+        added = packer.cost(table, part, first=True)
+        if current and packer.tokens + added > budget:
             result.append(serialize(schema, current, marks))
             current = []
-        current.append(piece)
+            packer.clear()
+            added = packer.cost(table, part, first=True)
+        current.append((table, part))
+        packer.add(part, added)
     if current:
         result.append(serialize(schema, current, marks))
     return result
