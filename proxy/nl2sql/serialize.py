@@ -20,7 +20,8 @@ joined tables tend to share a window; a table too wide for a window on its own i
 columns, each part repeating the table's name. Each window carries the foreign keys between its
 own tables. The model scores every window; each table and column is read in the window that holds
 it (a table split by columns: the mean of its parts), and question-level outputs (keywords) are
-averaged over windows.
+averaged over windows. The split is computed from each piece's token count (`Sizes`, counted once
+per schema), not by tokenizing every window it tries.
 """
 
 from __future__ import annotations
