@@ -201,8 +201,9 @@ class _Packer:
                 self.keys_of.setdefault(key.referenced, []).append((index, key.column))
         self.clear()
 
-    def clear(self) -> None:
-        self.tokens = self.sizes.head
+    def clear(self, table: int | None = None) -> None:
+        """An empty window; with `table`, holding that table's own pieces (a part of it)."""
+        self.tokens = self.sizes.head + (self.sizes.tables[table] if table is not None else 0)
         self.visible: set[int] = set()
 
     def cost(self, table: int | None, columns: Sequence[int], *, first: bool) -> int:
@@ -249,15 +250,13 @@ def windows(
     for table in neighbourhood_order(schema):
         # A table wider than a window is cut into parts that each fit alone.
         part: list[int] = []
-        packer.clear()
-        packer.add((), sizes.tables[table])
+        packer.clear(table)
         for column in schema.table_columns[table]:
             added = packer.cost(None, [column], first=not part)
             if part and packer.tokens + added > budget:
                 pieces.append((table, part))
                 part = []
-                packer.clear()
-                packer.add((), sizes.tables[table])
+                packer.clear(table)
                 added = packer.cost(None, [column], first=True)
             part.append(column)
             packer.add([column], added)
