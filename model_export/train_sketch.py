@@ -415,10 +415,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     schemas = load_spider_schemas(args.spider / "tables.json")
     encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512))
-    read: dict[bool, tuple[list[Example], list[Example]]] = {}
+    loaded: dict[bool, tuple[list[Example], list[Example]]] = {}  # by `values`
 
     def examples(values: bool) -> tuple[list[Example], list[Example]]:
-        if values not in read:
+        if values not in loaded:
             started = time.monotonic()
             train_examples, train_skipped = read_examples(
                 args.spider / "train.json", schemas, encoder, args.limit, values=values
@@ -433,8 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{', with their values' if values else ''} ({time.monotonic() - started:.0f} s)",
                 file=sys.stderr,
             )
-            read[values] = (train_examples, dev)
-        return read[values]
+            loaded[values] = (train_examples, dev)
+        return loaded[values]
 
     if args.recipe:
         train_recipe(args, SHIPPED_RECIPE, examples)
