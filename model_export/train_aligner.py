@@ -52,13 +52,23 @@ K_KEYWORDS = 2
 Pair = dict[str, Any]
 
 
-def candidate_pairs(example: Example, scores: SketchScores, *, add_gold: bool) -> list[Pair]:
-    """The K1 x K3 combinations of one question, each with its texts, its sketch log-probability
-    and its label."""
+def candidate_pairs(
+    example: Example,
+    scores: SketchScores,
+    *,
+    add_gold: bool,
+    select_k: int = K_SELECT,
+    max_pairs: int = 0,
+) -> list[Pair]:
+    """The `select_k` x K3 combinations of one question (with `max_pairs`, only that many, the
+    most probable under the sketch model), each with its texts, its sketch log-probability and
+    its label."""
     pairs = []
-    selects = select_candidates(scores, K_SELECT)
+    selects = select_candidates(scores, select_k)
     keywords = keyword_candidates(scores, K_KEYWORDS)
     combos = [(s, sp, k, kp) for s, sp in selects for k, kp in keywords]
+    if max_pairs:
+        combos = sorted(combos, key=lambda c: -(c[1] + c[3]))[:max_pairs]
     gold = (example.label.select, example.label.keywords)
     if add_gold and not any((s, k) == gold for s, _, k, _ in combos):
         combos.append((gold[0], 0.0, gold[1], 0.0))
@@ -77,7 +87,13 @@ def candidate_pairs(example: Example, scores: SketchScores, *, add_gold: bool) -
 
 
 def make_pairs(
-    examples: Sequence[Example], sketch_model: Any, *, add_gold: bool, batch_size: int = 32
+    examples: Sequence[Example],
+    sketch_model: Any,
+    *,
+    add_gold: bool,
+    batch_size: int = 32,
+    select_k: int = K_SELECT,
+    max_pairs: int = 0,
 ) -> list[list[Pair]]:
     started = time.monotonic()
     scores = predict(sketch_model, examples, batch_size)
@@ -85,7 +101,10 @@ def make_pairs(
         f"sketch model ran over {len(examples)} questions in {time.monotonic() - started:.0f} s",
         file=sys.stderr,
     )
-    return [candidate_pairs(e, s, add_gold=add_gold) for e, s in zip(examples, scores, strict=True)]
+    return [
+        candidate_pairs(e, s, add_gold=add_gold, select_k=select_k, max_pairs=max_pairs)
+        for e, s in zip(examples, scores, strict=True)
+    ]
 
 
 def load_sketch_model(workdir: Path) -> Any:
@@ -228,8 +247,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads, 0 = one a core")
     parser.add_argument("--checkpoint-every", type=int, default=200, help="default: %(default)s")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (a smoke run)")
+    parser.add_argument(
+        "--select-k",
+        type=int,
+        default=K_SELECT,
+        help="SELECT sets of the sketch model each train question's pairs are made of, as "
+        "`[sketch] select_pool` ranks them at inference (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-pairs",
+        type=int,
+        default=0,
+        help="at most this many pairs a train question, the sketch model's most probable, the "
+        "right one added (default: 0, all)",
+    )
+    parser.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="start from these aligner weights (a model.pt: the shipped aligner's from `python "
+        "-m model_export.restore_weights`) instead of all-MiniLM-L6-v2 with a new head",
+    )
     add_hardware_arguments(parser)
     args = parser.parse_args(argv)
+    if args.select_k < 1 or args.max_pairs < 0:
+        parser.error("--select-k must be at least 1 and --max-pairs at least 0")
 
     import torch
 
@@ -257,7 +299,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         sketch_model = load_sketch_model(args.sketch_workdir).to(device)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-            train_pairs = make_pairs(train, sketch_model, add_gold=True)
+            train_pairs = make_pairs(
+                train,
+                sketch_model,
+                add_gold=True,
+                select_k=args.select_k,
+                max_pairs=args.max_pairs,
+            )
             dev_pairs = make_pairs(dev, sketch_model, add_gold=False)
         pairs_path.write_text(
             json.dumps({"train": train_pairs, "dev": dev_pairs}), encoding="utf-8"
@@ -272,7 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = load_tokenizer(tokenizer_path(), MAX_LENGTH)
     train_tensors = PairTensors(tokenizer, flat_train)
     dev_tensors = PairTensors(tokenizer, flat_dev)
-    model = aligner_model(args.layers).to(device)
+    model = aligner_model(args.layers)
+    if args.init is not None:
+        model.load_state_dict(torch.load(args.init, weights_only=True, map_location="cpu"))
+        print(f"starting from the weights in {args.init}", file=sys.stderr)
+    model = model.to(device)
     model.encoder.embeddings.word_embeddings.weight.requires_grad = False
     named = list(model.named_parameters())
     body = [p for n, p in named if n.startswith("encoder.") and p.requires_grad]
@@ -304,10 +356,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         bf16=bf16,
         device=device,
     ).run()
-    (args.workdir / "config.json").write_text(
-        json.dumps({"layers": args.layers, **{k: str(v) for k, v in vars(args).items()}}, indent=2),
-        encoding="utf-8",
-    )
+    settings: dict[str, Any] = {"layers": args.layers, **{k: str(v) for k, v in vars(args).items()}}
+    if args.init is not None and (args.init.parent / "history.json").exists():
+        # the run this one continues, as its own workdir recorded it
+        settings["init_history"] = json.loads(
+            (args.init.parent / "history.json").read_text(encoding="utf-8")
+        )
+    (args.workdir / "config.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
     return 0
 
 
