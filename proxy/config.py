@@ -211,6 +211,14 @@ class SketchSettings:
         default=4,
         metadata=_doc("SELECT hypotheses the sketch model proposes (the paper's K1)."),
     )
+    select_pool: int = field(
+        default=8,
+        metadata=_doc(
+            "SELECT sets of the sketch model whose pairs the aligner ranks; the select_k "
+            "SELECT sets of the best pairs go on (select_k or less: the sketch model's "
+            "select_k most probable, as in the paper)."
+        ),
+    )
     from_k: int = field(
         default=2,
         metadata=_doc("FROM hypotheses the sketch model proposes (the paper's K2)."),

@@ -102,6 +102,9 @@ class Hypotheses:
 
     scores: SketchScores
     selects: list[tuple[frozenset[SelectItem], float]]
+    """The SELECT sets the pairs were made of, most probable first: `[sketch] select_pool` of
+    them where the aligner ranks the pairs (`rank` keeps the pairs of the `select_k` best),
+    else `select_k`."""
     froms: list[tuple[frozenset[int], float]]
     keywords: list[tuple[frozenset[str], float]]
     aligned: FloatArray | None
@@ -111,7 +114,7 @@ class Hypotheses:
 
 
 def _check(settings: SketchSettings) -> None:
-    for name in ("select_k", "from_k", "keywords_k"):
+    for name in ("select_k", "select_pool", "from_k", "keywords_k"):
         value = getattr(settings, name)
         if value < 1:
             raise ConfigError(f"[sketch] {name} must be at least 1, not {value}")
@@ -238,7 +241,8 @@ class Sketcher:
         schema = self._spelled_out(schema)
         settings = self.settings
         scores = self.scores(question, schema, values)
-        selects = select_candidates(scores, settings.select_k, schema)
+        pool = max(settings.select_k, settings.select_pool) if self.aligns else settings.select_k
+        selects = select_candidates(scores, pool, schema)
         keywords = keyword_candidates(scores, settings.keywords_k)
         froms = from_candidates(scores, settings.from_k)
         aligned = self.align(question, schema, selects, keywords)
@@ -249,6 +253,7 @@ class Sketcher:
             froms,
             aligned,
             combine=settings.combine,
+            select_k=settings.select_k,
             named=(schema, question) if settings.named_from else None,
             more_where=settings.more_where_logit,
             values=values,
@@ -270,13 +275,16 @@ def rank(
     aligned: FloatArray | None,
     *,
     combine: bool,
+    select_k: int = 0,
     named: tuple[Schema, str] | None = None,
     more_where: float = 0.0,
     values: NamedValues | None = None,
 ) -> list[Sketch]:
     """Sketches best first. A SELECT x KEYWORDS pair scores its aligner logit (`aligned`, in
     `itertools.product(selects, keywords)` order), plus the sketch model's log-probability of
-    both parts when `combine`; without an aligner, that log-probability alone. Each pair is
+    both parts when `combine`; without an aligner, that log-probability alone. With `select_k`,
+    only the pairs of the `select_k` SELECT sets whose best pair scores highest are kept (the
+    aligner ranks a wider pool than goes on: `[sketch] select_pool`). Each pair is
     combined with every FROM set: ordered by pair, then by FROM probability. With `named` (the
     schema and the question), a WHERE condition on a column that holds none of the values the
     question names (`values`, from the database) moves to one that holds one
@@ -310,6 +318,10 @@ def rank(
         logits = np.asarray(aligned, dtype=np.float64)
         pair_scores = logits + pair_scores if combine else logits
     ranked = sorted(range(len(pairs)), key=lambda i: -pair_scores[i])
+    if select_k:
+        width = max(len(keywords), 1)  # pair i is (selects[i // width], keywords[i % width])
+        kept = list(dict.fromkeys(i // width for i in ranked))[:select_k]
+        ranked = [i for i in ranked if i // width in kept]
     slots = {chosen: slots_for(scores, chosen, more_where=more_where) for chosen, _ in keywords}
     said = tables_named_in(named[1], named[0]) if named is not None else frozenset()
     counted = tables_counted_in(named[1], named[0]) if named is not None else frozenset()

@@ -789,6 +789,36 @@ def test_rank_tries_each_pairs_own_from_first() -> None:
     assert [set(s.tables) for s in plain] == [{SINGER, SONG}, {SONG}]
 
 
+def test_rank_keeps_the_pairs_of_the_select_k_best_select_sets_of_the_pool() -> None:
+    """`[sketch] select_pool`: the aligner ranks the pairs of more SELECT sets than go on; the
+    `select_k` sets whose best pair scores highest are kept, each with all its pairs."""
+    title, year = frozenset({SelectItem("", TITLE)}), frozenset({SelectItem("", YEAR)})
+    count = frozenset({SelectItem("count", STAR)})
+    keywords = [(frozenset(), -0.1), (frozenset({"where"}), -2.0)]
+    froms = [(frozenset({SONG}), -0.1)]
+    scores = SketchScores(
+        column_logits=np.full((len(MUSIC.columns) + 1, COLUMN_OUTPUTS), -5.0, dtype=np.float32),
+        table_logits=np.zeros(len(MUSIC.tables), dtype=np.float32),
+        question_logits=np.full(QUESTION_OUTPUTS, -5.0, dtype=np.float32),
+    )
+    pool = [(title, -0.1), (count, -0.5), (year, -3.0)]
+    # the aligner likes the third SELECT (with "where") best and the second least
+    aligned = np.array([0.0, -1.0, -4.0, -4.0, 1.0, 6.0], dtype=np.float32)
+
+    def shown(select_k: int, combine: bool = True) -> list[tuple[frozenset[SelectItem], bool]]:
+        ranked = rank(scores, pool, keywords, froms, aligned, combine=combine, select_k=select_k)
+        return [(s.select, "where" in s.keywords) for s in ranked]
+
+    assert shown(2) == [(year, True), (title, False), (year, False), (title, True)]
+    assert shown(1) == [(year, True), (year, False)]
+    assert [select for select, _ in shown(0)].count(count) == 2  # 0: every pair
+    # without the sketch model's probabilities the third SELECT still leads; without an aligner,
+    # the two most probable SELECT sets go on
+    assert shown(2, combine=False)[0] == (year, True)
+    plain = rank(scores, pool, keywords, froms, None, combine=True, select_k=2)
+    assert {s.select for s in plain} == {title, count}
+
+
 def _items(*texts: str) -> frozenset[SelectItem]:
     """SelectItems of MUSIC from `agg:column` texts ("avg:2", ":1")."""
     return frozenset(

@@ -94,12 +94,14 @@ def test_every_dev_schema_gets_valid_ranked_sketches(sketcher: sketch_stage.Sket
     for db_id, question in first_question.items():
         schema = schemas[db_id]
         hypotheses = sketcher.hypotheses(question, schema)
-        assert 1 <= len(hypotheses.selects) <= settings.select_k
+        # the aligner ranks the pairs of a wider pool of SELECT sets than goes on
+        assert settings.select_k < settings.select_pool
+        assert 1 <= len(hypotheses.selects) <= settings.select_pool
         assert 1 <= len(hypotheses.froms) <= settings.from_k
         assert 1 <= len(hypotheses.keywords) <= settings.keywords_k
-        pairs = len(hypotheses.selects) * len(hypotheses.keywords)
-        # each pair with every FROM set, and first, where it is another, the FROM its own
-        # columns call for
+        pairs = min(len(hypotheses.selects), settings.select_k) * len(hypotheses.keywords)
+        # each pair of the select_k SELECT sets kept with every FROM set, and first, where it is
+        # another, the FROM its own columns call for
         froms = len(hypotheses.froms)
         assert pairs * froms <= len(hypotheses.sketches) <= pairs * (froms + 1)
         for sketch in hypotheses.sketches:
