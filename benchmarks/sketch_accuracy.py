@@ -9,17 +9,20 @@
    log-probability, pgnl's default; the aligner alone, the paper's; the sketch model alone, the
    ablation), and top-k under each (the gold part among the first K1 = 4 SELECT, K2 = 2 FROM and
    K3 = 2 KEYWORDS sets of the ranked sketches; and among the sketch model's own candidates,
-   before the rules that repair them). The sketch stage reads the values the question names, as
-   the pipeline gives it them from the value index: here from each dev database's SQLite file,
-   read under the value index's rules (`evaluate_sketch.spider_values`; wta_1 has no file, its
-   62 questions go without); one more row ranks as the default does without them (the schema
-   alone). For the shipped models (the form manifest.json names),
-   and for the fp32 and int8 ONNX models when `build/onnx/` holds them (made by
-   `python -m model_export.export_sketch`; on a fresh checkout, after
-   `python -m model_export.restore_weights`).
+   before the rules that repair them; and among its first 4 to 32 SELECT and 2 to 8 FROM and
+   KEYWORDS candidates, the most any re-ranking of them could reach). The sketch stage reads
+   the values the question names, as the pipeline gives it them from the value index: here
+   from each dev database's SQLite file, read under the value index's rules
+   (`evaluate_sketch.spider_values`; wta_1 has no file, its 62 questions go without); one more
+   row ranks as the default does without them (the schema alone). For the shipped models (the
+   form manifest.json names), for them with the aligner ranking only the paper's K1 SELECT sets
+   (`[sketch] select_pool` = `select_k`, where it is wider), and for the fp32 and int8 ONNX
+   models when `build/onnx/` holds them (made by `python -m model_export.export_sketch`; on a
+   fresh checkout, after `python -m model_export.restore_weights`).
 2. Latency of one question (sketch model + aligner + decoding, `Sketcher.sketch`, given the
    values the question names as above): the first
-   `--latency-questions` dev questions, each run once with the shipped models, ONNX fp32, ONNX
+   `--latency-questions` dev questions, each run once with the shipped models (and the
+   narrower pool above), ONNX fp32, ONNX
    int8 and PyTorch eager (the trained checkpoints in `build/`, through the same `Sketcher`
    code), interleaved question by question so that the machine's noise falls on all alike; p50
    and p95 and their ratios. What is not built (or torch, when missing) is skipped with a
@@ -35,6 +38,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +111,19 @@ def accuracy_table(figures: dict[str, Any], title: str) -> str:
             top_k = " | ".join(f"{figures['top_k_by_ranking'][name][p]:.1f}" for p in PARTS)
             lines.append(f"| {label} | {top1} | {top_k} |")
     model = " / ".join(f"{figures['model_top_k'][p]:.1f}" for p in PARTS)
+    reach = "; ".join(
+        f"{part.upper()} "
+        + ", ".join(
+            f"{share:.1f} in {depth}" for depth, share in figures["model_reach"][part].items()
+        )
+        for part in PARTS
+    )
     lines += [
         "",
         "Top-k: the gold part among the first K1 / K2 / K3 distinct parts of the ranked sketches. "
         f"Among the sketch model's own candidates, before the rules that repair them: {model}.",
+        "The gold part among the sketch model's own first N candidates, the most a re-ranking of "
+        f"them could reach: {reach}.",
     ]
     return "\n".join(lines)
 
@@ -163,6 +176,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     form = entries[SKETCH_MODEL].get("shipped_forms") or entries[SKETCH_MODEL].get("shipped_form")
     say(f"shipped models ({form}) on {shipped.provider}")
     variants = {f"ONNX {form} (shipped)": shipped}
+    settings = shipped.settings
+    if shipped.aligns and settings.select_pool > settings.select_k:
+        # the ablation of the wider pool: the aligner ranks the pairs of select_k SELECT sets only
+        narrow = replace(settings, select_pool=settings.select_k)
+        variants[f"ONNX {form} (shipped), select_pool = select_k = {settings.select_k}"] = (
+            load_sketcher(settings=narrow)
+        )
     tokenizer = resolve_models_dir() / SKETCH_MODEL / "tokenizer.json"
     for name, (sketch_path, aligner_path) in BUILT.items():
         if sketch_path.exists() and aligner_path.exists():

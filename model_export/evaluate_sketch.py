@@ -28,7 +28,7 @@ from typing import Any
 
 from proxy.config import IndexSettings
 from proxy.nl2sql.schema import Schema, load_spider_schemas
-from proxy.nl2sql.sketch import Sketch
+from proxy.nl2sql.sketch import Sketch, from_candidates, keyword_candidates, select_candidates
 from proxy.nl2sql.sketcher import Sketcher, rank
 from proxy.nl2sql.value_evidence import ColumnValues, NamedValues
 from proxy.valueindex.scan import SAMPLE_DISTINCT, name_skip_reason, sample_skip_reason, value_shape
@@ -36,6 +36,9 @@ from proxy.valueindex.scan import SAMPLE_DISTINCT, name_skip_reason, sample_skip
 ROOT = Path(__file__).resolve().parents[1]
 SPIDER = ROOT.parent / "shared" / "data" / "spider"
 RANKINGS = ("combined", "aligner", "sketch")
+REACH = {"select": (4, 8, 16, 32), "from": (2, 4, 8), "keywords": (2, 4, 8)}
+"""Depths at which the sketch model's own candidates are searched for the gold part
+(`accuracy`'s `model_reach`): what any re-ranking of the first N of them could reach."""
 SCHEMA_ONLY = "schema_only"  # the default ranking without the database's values
 PARTS = ("select", "from", "keywords")
 
@@ -131,8 +134,10 @@ def accuracy(
     """Exact-set match (%) of each part: top-1 under each ranking (`result[ranking]`); top-k,
     the gold part among the first K1 SELECT, K2 FROM and K3 KEYWORDS sets of that ranking's
     sketches (`result["top_k_by_ranking"][ranking]`; `result["top_k"]`: under pgnl's default
-    ranking); and `result["model_top_k"]`: among the sketch model's own K1, K2, K3 candidates,
-    before the ranking's rules (`rank` with `named`) add or change any."""
+    ranking); `result["model_top_k"]`: among the sketch model's own K1, K2, K3 candidates,
+    before the ranking's rules (`rank` with `named`) add or change any; and
+    `result["model_reach"][part][str(N)]`: among its first N candidates (N from `REACH`), the most a
+    re-ranking of them could give."""
     settings = sketcher.settings
     ks = (settings.select_k, settings.from_k, settings.keywords_k)
     default = ("combined" if settings.combine else "aligner") if sketcher.aligns else "sketch"
@@ -140,6 +145,7 @@ def accuracy(
     hits = {name: dict.fromkeys(PARTS, 0) for name in rankings}
     top_k_hits = {name: dict.fromkeys(PARTS, 0) for name in rankings}
     model_top_k = dict.fromkeys(PARTS, 0)
+    reach = {part: {str(depth): 0 for depth in REACH[part]} for part in PARTS}
     started = time.monotonic()
     for number, item in enumerate(questions, 1):
         found = sketcher.hypotheses(item.question, item.schema, item.values)
@@ -161,6 +167,7 @@ def accuracy(
                     base.froms,
                     None if ranking == "sketch" else base.aligned,
                     combine=ranking == "combined",
+                    select_k=settings.select_k,
                     named=(item.schema, item.question) if settings.named_from else None,
                     more_where=settings.more_where_logit,
                     values=None if name == SCHEMA_ONLY else item.values,
@@ -170,12 +177,20 @@ def accuracy(
                 for part, values, right in zip(PARTS, proposed(ranked, ks), gold, strict=True):
                     top_k_hits[name][part] += right in values
             candidates: tuple[list[Any], list[Any], list[Any]] = (
-                [s for s, _ in found.selects],
+                [s for s, _ in found.selects[: ks[0]]],  # the pool's most probable
                 [t for t, _ in found.froms],
                 [k for k, _ in found.keywords],
             )
             for part, own, right in zip(PARTS, candidates, gold, strict=True):
                 model_top_k[part] += right in own
+            deeper: tuple[list[Any], list[Any], list[Any]] = (
+                [s for s, _ in select_candidates(found.scores, REACH["select"][-1], item.schema)],
+                [t for t, _ in from_candidates(found.scores, REACH["from"][-1])],
+                [k for k, _ in keyword_candidates(found.scores, REACH["keywords"][-1])],
+            )
+            for part, own, right in zip(PARTS, deeper, gold, strict=True):
+                for depth in REACH[part]:
+                    reach[part][str(depth)] += right in own[:depth]
         if progress and (number % 50 == 0 or number == len(questions)):
             rate = number / max(time.monotonic() - started, 1e-9)
             sys.stderr.write(f"\r  {number}/{len(questions)} questions, {rate:.1f}/s".ljust(60))
@@ -191,6 +206,7 @@ def accuracy(
     result["top_k_by_ranking"] = {name: percent(counts) for name, counts in top_k_hits.items()}
     result["top_k"] = result["top_k_by_ranking"][default]
     result["model_top_k"] = percent(model_top_k)
+    result["model_reach"] = {part: percent(counts) for part, counts in reach.items()}
     result["questions"] = len(questions)
     result["unlabelled"] = sum(q.gold is None for q in questions)
     return result
