@@ -212,7 +212,7 @@ class SketchSettings:
         metadata=_doc("SELECT hypotheses the sketch model proposes (the paper's K1)."),
     )
     select_pool: int = field(
-        default=8,
+        default=6,
         metadata=_doc(
             "SELECT sets of the sketch model whose pairs the aligner ranks; the select_k "
             "SELECT sets of the best pairs go on (select_k or less: the sketch model's "
