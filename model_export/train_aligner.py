@@ -37,7 +37,7 @@ from model_export.train_sketch import (
     reads_values,
     tokenizer_path,
 )
-from model_export.training import add_hardware_arguments, use_bf16
+from model_export.training import add_hardware_arguments, use_bf16, write_run_config
 from proxy.nl2sql.aligner import MAX_LENGTH, pair_text
 from proxy.nl2sql.encoding import WindowEncoder
 from proxy.nl2sql.schema import load_spider_schemas
@@ -356,13 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bf16=bf16,
         device=device,
     ).run()
-    settings: dict[str, Any] = {"layers": args.layers, **{k: str(v) for k, v in vars(args).items()}}
-    if args.init is not None and (args.init.parent / "history.json").exists():
-        # the run this one continues, as its own workdir recorded it
-        settings["init_history"] = json.loads(
-            (args.init.parent / "history.json").read_text(encoding="utf-8")
-        )
-    (args.workdir / "config.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    settings = {"layers": args.layers, **{k: str(v) for k, v in vars(args).items()}}
+    write_run_config(args.workdir, settings, args.init)
     return 0
 
 

@@ -46,7 +46,12 @@ from typing import Any
 
 import numpy as np
 
-from model_export.training import add_hardware_arguments, progress, use_bf16
+from model_export.training import (
+    add_hardware_arguments,
+    progress,
+    use_bf16,
+    write_run_config,
+)
 from proxy.nl2sql.encoding import EncodedWindow, WindowEncoder, batch, value_marks
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.serialize import Marks
@@ -263,13 +268,7 @@ def train(args: argparse.Namespace, train: Sequence[Example], dev: Sequence[Exam
         bf16=use_bf16(args.precision, device),
         device=device,
     ).run()
-    settings: dict[str, Any] = {k: str(v) for k, v in vars(args).items()}
-    if args.init is not None and (args.init.parent / "history.json").exists():
-        # the run this one continues, as its own workdir recorded it
-        settings["init_history"] = json.loads(
-            (args.init.parent / "history.json").read_text(encoding="utf-8")
-        )
-    (args.workdir / "config.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    write_run_config(args.workdir, {k: str(v) for k, v in vars(args).items()}, args.init)
 
 
 def run_recipe(

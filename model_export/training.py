@@ -99,6 +99,17 @@ def add_hardware_arguments(parser: Any) -> None:
     )
 
 
+def write_run_config(workdir: Path, settings: dict[str, Any], init: Path | None) -> None:
+    """`<workdir>/config.json`: a run's `settings`, and with `--init`, the history of the run it
+    continues (`init_history`), as that run's workdir recorded it."""
+    if init is not None and (init.parent / "history.json").exists():
+        settings = {
+            **settings,
+            "init_history": json.loads((init.parent / "history.json").read_text(encoding="utf-8")),
+        }
+    (workdir / "config.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+
+
 def progress(text: str) -> None:
     """Rewrite the progress line on stderr."""
     sys.stderr.write("\r" + text.ljust(100))

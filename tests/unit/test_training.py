@@ -5,6 +5,7 @@ stopped part-way resumes to the very weights of one that was not."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,20 @@ def test_interrupted_training_resumes_to_the_same_weights(
     for name, tensor in straight.items():
         assert tensor.device.type == "cpu"
         assert torch.equal(tensor, resumed[name]), name
+
+
+def test_run_config_records_the_history_of_the_run_it_continues(tmp_path: Path) -> None:
+    from model_export.training import write_run_config
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    after.mkdir()
+    history = [{"epoch": 1, "dev": {"select": 60.1}}]
+    (before / "history.json").write_text(json.dumps(history), encoding="utf-8")
+    write_run_config(after, {"lr": "2e-05"}, before / "model.pt")
+    assert json.loads((after / "config.json").read_text()) == {
+        "lr": "2e-05",
+        "init_history": history,
+    }
+    write_run_config(after, {"lr": "2e-05"}, None)  # from the base model: nothing continued
+    assert json.loads((after / "config.json").read_text()) == {"lr": "2e-05"}
