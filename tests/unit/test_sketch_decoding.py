@@ -1261,6 +1261,42 @@ def test_spoken_columns_reads_a_list_that_says_its_noun_once() -> None:
     assert found == frozenset({SelectItem("", 5), SelectItem("", 6), SelectItem("", 7)})
 
 
+OWNERS = Schema(
+    "owners",
+    (Table("owners"), Table("dogs"), Table("professionals")),
+    (
+        Column(0, "owner_id", "integer", primary_key=True),
+        Column(0, "zip_code"),
+        Column(1, "dog_id", "integer", primary_key=True),
+        Column(1, "owner_id", "integer"),
+        Column(2, "zip_code"),
+    ),
+    (ForeignKey(3, 0),),
+)
+
+
+def test_spoken_columns_reads_a_table_word_in_the_list_as_the_tables() -> None:
+    # "owner id" says owners.owner_id ("id" of the owners) as wholly as dogs.owner_id: the
+    # column the sketch already shows stays, and "zip code" is the owners' one
+    asked = "Which owner paid the most for their dogs? Show the owner id and zip code."
+    found = spoken_columns(asked, OWNERS, frozenset({SelectItem("", 0)}))
+    assert found == frozenset({SelectItem("", 0), SelectItem("", 1)})
+
+
+def test_spoken_columns_keeps_the_count_a_list_names() -> None:
+    counted = frozenset({SelectItem("", 5), SelectItem("count", STAR)})
+    whole = counted | {SelectItem("", 4)}
+    asked = "List the name, id and the number of cars of each maker."
+    assert spoken_columns(asked, CARS, counted) == whole
+    # after the groups it is asked for
+    asked = "For each maker, list its id, name and how many cars it has."
+    assert spoken_columns(asked, CARS, counted) == whole
+    # a list without the count, or a count the SELECT does not take, changes nothing
+    assert spoken_columns("List the name and id of each maker.", CARS, counted) is None
+    averaged = frozenset({SelectItem("", 5), SelectItem("avg", 2)})
+    assert spoken_columns(asked, CARS, averaged) is None
+
+
 @pytest.mark.parametrize(
     ("question", "select"),
     [
