@@ -16,13 +16,14 @@
    (`evaluate_sketch.spider_values`; wta_1 has no file, its 62 questions go without); one more
    row ranks as the default does without them (the schema alone). For the shipped models (the
    form manifest.json names), for them with the aligner ranking only the paper's K1 SELECT sets
-   (`[sketch] select_pool` = `select_k`, where it is wider), and for the fp32 and int8 ONNX
+   (`[sketch] select_pool` = `select_k`, where it is wider), for them with the aligner reading
+   every pair (`[sketch] align_within` = inf), and for the fp32 and int8 ONNX
    models when `build/onnx/` holds them (made by `python -m model_export.export_sketch`; on a
    fresh checkout, after `python -m model_export.restore_weights`).
 2. Latency of one question (sketch model + aligner + decoding, `Sketcher.sketch`, given the
    values the question names as above): the first
    `--latency-questions` dev questions, each run once with the shipped models (and the
-   narrower pool above), ONNX fp32, ONNX
+   narrower pool and every pair read, above), ONNX fp32, ONNX
    int8 and PyTorch eager (the trained checkpoints in `build/`, through the same `Sketcher`
    code), interleaved question by question so that the machine's noise falls on all alike; p50
    and p95 and their ratios. What is not built (or torch, when missing) is skipped with a
@@ -183,6 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         variants[f"ONNX {form} (shipped), select_pool = select_k = {settings.select_k}"] = (
             load_sketcher(settings=narrow)
         )
+    if shipped.aligns and settings.align_within != float("inf"):
+        # the ablation of reading only the probable pairs: the aligner reads every pair
+        every = replace(settings, align_within=float("inf"))
+        variants[f"ONNX {form} (shipped), align_within = inf"] = load_sketcher(settings=every)
     tokenizer = resolve_models_dir() / SKETCH_MODEL / "tokenizer.json"
     for name, (sketch_path, aligner_path) in BUILT.items():
         if sketch_path.exists() and aligner_path.exists():

@@ -219,6 +219,16 @@ class SketchSettings:
             "select_k most probable, as in the paper)."
         ),
     )
+    align_within: float = field(
+        default=7.0,
+        metadata=_doc(
+            "The aligner reads only the SELECT x KEYWORDS pairs whose sketch-model "
+            "log-probability is within this many nats of the most probable pair's; the others "
+            "rank after them, by that probability (7.0: on Spider dev it read 7 of a "
+            "question's 12 pairs on average, and no first sketch or top-k changed). inf: every "
+            "pair."
+        ),
+    )
     from_k: int = field(
         default=2,
         metadata=_doc("FROM hypotheses the sketch model proposes (the paper's K2)."),

@@ -819,6 +819,24 @@ def test_rank_keeps_the_pairs_of_the_select_k_best_select_sets_of_the_pool() -> 
     assert {s.select for s in plain} == {title, count}
 
 
+def test_rank_puts_pairs_of_equal_score_in_order_of_probability() -> None:
+    """The pairs the aligner did not read (`[sketch] align_within`) share its lowest logit:
+    ranked by the aligner alone, they come in the order of the sketch model's probability."""
+    title, year = frozenset({SelectItem("", TITLE)}), frozenset({SelectItem("", YEAR)})
+    count = frozenset({SelectItem("count", STAR)})
+    keywords = [(frozenset(), -0.1)]
+    froms = [(frozenset({SONG}), -0.1)]
+    scores = SketchScores(
+        column_logits=np.full((len(MUSIC.columns) + 1, COLUMN_OUTPUTS), -5.0, dtype=np.float32),
+        table_logits=np.zeros(len(MUSIC.tables), dtype=np.float32),
+        question_logits=np.full(QUESTION_OUTPUTS, -5.0, dtype=np.float32),
+    )
+    pool = [(title, -0.1), (year, -9.0), (count, -8.0)]
+    aligned = np.array([2.0, -1.0, -1.0], dtype=np.float32)  # the last two not read
+    ranked = rank(scores, pool, keywords, froms, aligned, combine=False)
+    assert [s.select for s in ranked] == [title, count, year]
+
+
 def _items(*texts: str) -> frozenset[SelectItem]:
     """SelectItems of MUSIC from `agg:column` texts ("avg:2", ":1")."""
     return frozenset(

@@ -3,6 +3,7 @@ for every Spider dev schema they return ranked sketches naming only schema items
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import shutil
@@ -17,6 +18,7 @@ from model_export.hand_checked import QUESTIONS, HandChecked
 from proxy import runtime
 from proxy.config import ConfigError, RuntimeSettings, SketchSettings
 from proxy.nl2sql import sketcher as sketch_stage
+from proxy.nl2sql.aligner import pair_text
 from proxy.nl2sql.schema import Column, Schema, Table, load_spider_schemas
 from proxy.nl2sql.sketch import (
     AGGREGATES,
@@ -190,6 +192,36 @@ def test_k_below_one_is_refused(name: str) -> None:
     setattr(settings, name, 0)
     with pytest.raises(ConfigError, match=rf"\[sketch\] {name} must be at least 1"):
         sketch_stage.load_sketcher(CPU, settings)
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan")])
+def test_a_negative_align_within_is_refused(value: float) -> None:
+    with pytest.raises(ConfigError, match=r"\[sketch\] align_within must be 0 or more"):
+        sketch_stage.load_sketcher(CPU, SketchSettings(align_within=value))
+
+
+def test_the_aligner_reads_only_the_pairs_within_align_within() -> None:
+    """The pairs the sketch model finds far less probable than its best are not read: they take
+    the lowest logit of those read, so they rank after them."""
+    schema = load_spider_schemas(SPIDER / "tables.json")["concert_singer"]
+    question = "What are the names and ages of singers from France, oldest first?"
+    found = sketch_stage.load_sketcher(CPU).hypotheses(question, schema)
+    pairs = list(itertools.product(found.selects, found.keywords))
+    probable = np.array([s + k for (_, s), (_, k) in pairs])
+    for within in (0.0, 2.0):
+        sketcher = sketch_stage.load_sketcher(CPU, SketchSettings(align_within=within))
+        aligned = sketcher.align(question, schema, found.selects, found.keywords)
+        assert aligned is not None
+        read = np.flatnonzero(probable >= probable.max() - within)
+        assert 1 <= len(read) < len(pairs)  # the test reads some pairs, not all
+        texts = [pair_text(question, pairs[i][0][0], pairs[i][1][0], schema) for i in read]
+        assert sketcher._aligner is not None
+        np.testing.assert_array_equal(aligned[read], sketcher._aligner.score(texts))
+        unread = np.setdiff1d(np.arange(len(pairs)), read)
+        assert np.all(aligned[unread] == aligned[read].min())
+    every = sketch_stage.load_sketcher(CPU, SketchSettings(align_within=float("inf")))
+    aligned = every.align(question, schema, found.selects, found.keywords)
+    assert aligned is not None and len(set(aligned.tolist())) == len(pairs)
 
 
 def test_without_aligner_pairs_rank_by_sketch_probability() -> None:
