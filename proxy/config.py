@@ -224,8 +224,8 @@ class SketchSettings:
         metadata=_doc(
             "The aligner reads only the SELECT x KEYWORDS pairs whose sketch-model "
             "log-probability is within this many nats of the most probable pair's; the others "
-            "rank after them, by that probability (7.0: on Spider dev it read 7 of a "
-            "question's 12 pairs on average, and no first sketch or top-k changed). inf: every "
+            "rank after them, by that probability (7.0: on Spider dev it reads 7 of a "
+            "question's 12 pairs on average, and ranks as well as reading all 12). inf: every "
             "pair."
         ),
     )
