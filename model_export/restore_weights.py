@@ -43,7 +43,7 @@ import numpy as np
 from model_export.evaluate_sketch import dev_questions
 from model_export.train_aligner import DEFAULT_WORKDIR as ALIGNER_WORKDIR
 from model_export.train_sketch import DEFAULT_WORKDIR as SKETCH_WORKDIR
-from proxy.config import RuntimeSettings
+from proxy.config import RuntimeSettings, SketchSettings
 from proxy.nl2sql.sketcher import ALIGNER_MODEL, SKETCH_MODEL, load_sketcher
 from proxy.runtime import SHIPPED_MODELS_DIR, read_manifest
 
@@ -167,11 +167,14 @@ def largest_differences(
     """The largest logit difference, the PyTorch models against the ONNX models of `models_dir`,
     over the first `limit` dev questions, both run through the same `Sketcher` code: the sketch
     model's merged logits, and the aligner's over the SELECT x KEYWORDS pairs (where both
-    proposed the same pairs)."""
+    proposed the same pairs; the aligner reads every pair, `[sketch] align_within` = inf)."""
     from model_export.sketch_model import sketcher_of
 
-    shipped = load_sketcher(RuntimeSettings(models_dir=str(models_dir)))
-    restored = sketcher_of(sketch, aligner, models_dir / SKETCH_MODEL / "tokenizer.json")
+    every = SketchSettings(align_within=float("inf"))
+    shipped = load_sketcher(RuntimeSettings(models_dir=str(models_dir)), every)
+    restored = sketcher_of(
+        sketch, aligner, models_dir / SKETCH_MODEL / "tokenizer.json", settings=every
+    )
     sketch_worst, aligner_worst = 0.0, 0.0
     for item in dev_questions(limit=limit):
         theirs = shipped.hypotheses(item.question, item.schema)

@@ -181,7 +181,12 @@ class TorchSession:
 
 
 def sketcher_of(
-    sketch: Any, aligner: Any, tokenizer: Path, *, reads_values: bool = False
+    sketch: Any,
+    aligner: Any,
+    tokenizer: Path,
+    *,
+    reads_values: bool = False,
+    settings: SketchSettings | None = None,
 ) -> Sketcher:
     """A `Sketcher` over the PyTorch sketch model and aligner (eval mode, CPU); `reads_values`:
     whether the sketch model was trained with the question's values beside their columns."""
@@ -192,6 +197,6 @@ def sketcher_of(
             load_tokenizer(tokenizer, 512),
         ),
         WindowEncoder(load_tokenizer(tokenizer, 512)),
-        SketchSettings(),
+        settings if settings is not None else SketchSettings(),
         reads_values=reads_values,
     )

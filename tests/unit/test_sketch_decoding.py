@@ -824,7 +824,7 @@ def test_rank_puts_pairs_of_equal_score_in_order_of_probability() -> None:
     ranked by the aligner alone, they come in the order of the sketch model's probability."""
     title, year = frozenset({SelectItem("", TITLE)}), frozenset({SelectItem("", YEAR)})
     count = frozenset({SelectItem("count", STAR)})
-    keywords = [(frozenset(), -0.1)]
+    keywords: list[tuple[frozenset[str], float]] = [(frozenset(), -0.1)]
     froms = [(frozenset({SONG}), -0.1)]
     scores = SketchScores(
         column_logits=np.full((len(MUSIC.columns) + 1, COLUMN_OUTPUTS), -5.0, dtype=np.float32),
