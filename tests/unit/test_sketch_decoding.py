@@ -758,15 +758,21 @@ def test_tables_counted_in() -> None:
     assert tables_counted_in("List the courses of the history department.", DEPARTMENTS) == set()
 
 
-def test_rank_tries_each_pairs_own_from_first() -> None:
-    select = frozenset({SelectItem("", TITLE)})
-    count = frozenset({SelectItem("count", STAR)})
-    froms = [(frozenset({SINGER, SONG}), -0.5), (frozenset({SONG}), -1.0)]
-    scores = SketchScores(
+def _unsure_of_music() -> SketchScores:
+    """Sketch-model scores for MUSIC that favour nothing: every column, aggregate and keyword
+    improbable, every table even."""
+    return SketchScores(
         column_logits=np.full((len(MUSIC.columns) + 1, COLUMN_OUTPUTS), -5.0, dtype=np.float32),
         table_logits=np.zeros(len(MUSIC.tables), dtype=np.float32),
         question_logits=np.full(QUESTION_OUTPUTS, -5.0, dtype=np.float32),
     )
+
+
+def test_rank_tries_each_pairs_own_from_first() -> None:
+    select = frozenset({SelectItem("", TITLE)})
+    count = frozenset({SelectItem("count", STAR)})
+    froms = [(frozenset({SINGER, SONG}), -0.5), (frozenset({SONG}), -1.0)]
+    scores = _unsure_of_music()
     ranked = rank(
         scores,
         [(select, -0.1), (count, -0.2)],
@@ -796,11 +802,7 @@ def test_rank_keeps_the_pairs_of_the_select_k_best_select_sets_of_the_pool() -> 
     count = frozenset({SelectItem("count", STAR)})
     keywords = [(frozenset(), -0.1), (frozenset({"where"}), -2.0)]
     froms = [(frozenset({SONG}), -0.1)]
-    scores = SketchScores(
-        column_logits=np.full((len(MUSIC.columns) + 1, COLUMN_OUTPUTS), -5.0, dtype=np.float32),
-        table_logits=np.zeros(len(MUSIC.tables), dtype=np.float32),
-        question_logits=np.full(QUESTION_OUTPUTS, -5.0, dtype=np.float32),
-    )
+    scores = _unsure_of_music()
     pool = [(title, -0.1), (count, -0.5), (year, -3.0)]
     # the aligner likes the third SELECT (with "where") best and the second least
     aligned = np.array([0.0, -1.0, -4.0, -4.0, 1.0, 6.0], dtype=np.float32)
@@ -826,11 +828,7 @@ def test_rank_puts_pairs_of_equal_score_in_order_of_probability() -> None:
     count = frozenset({SelectItem("count", STAR)})
     keywords: list[tuple[frozenset[str], float]] = [(frozenset(), -0.1)]
     froms = [(frozenset({SONG}), -0.1)]
-    scores = SketchScores(
-        column_logits=np.full((len(MUSIC.columns) + 1, COLUMN_OUTPUTS), -5.0, dtype=np.float32),
-        table_logits=np.zeros(len(MUSIC.tables), dtype=np.float32),
-        question_logits=np.full(QUESTION_OUTPUTS, -5.0, dtype=np.float32),
-    )
+    scores = _unsure_of_music()
     pool = [(title, -0.1), (year, -9.0), (count, -8.0)]
     aligned = np.array([2.0, -1.0, -1.0], dtype=np.float32)  # the last two not read
     ranked = rank(scores, pool, keywords, froms, aligned, combine=False)
