@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 
 from proxy.config import ConfigError, RuntimeSettings, SketchSettings
@@ -242,7 +243,7 @@ class Sketcher:
         pairs = list(itertools.product(selects, keywords))
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        probable = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
+        probable = pair_log_probabilities(selects, keywords)
         read = np.flatnonzero(probable >= probable.max() - self.settings.align_within)
         logits = self._aligner.score(
             [pair_text(question, pairs[i][0][0], pairs[i][1][0], schema) for i in read]
@@ -288,6 +289,18 @@ class Sketcher:
     ) -> list[Sketch]:
         """Ranked sketches, best first: K1 x K3 SELECT x KEYWORDS pairs, each with K2 FROMs."""
         return self.hypotheses(question, schema, values).sketches
+
+
+def pair_log_probabilities(
+    selects: Sequence[tuple[frozenset[SelectItem], float]],
+    keywords: Sequence[tuple[frozenset[str], float]],
+) -> npt.NDArray[np.float64]:
+    """The sketch model's log-probability of each SELECT x KEYWORDS pair, in
+    `itertools.product(selects, keywords)` order: what `rank` adds to the aligner's logit and
+    what `Sketcher.align` reads pairs by."""
+    return np.array(
+        [s + k for (_, s), (_, k) in itertools.product(selects, keywords)], dtype=np.float64
+    )
 
 
 def rank(
@@ -336,7 +349,7 @@ def rank(
     (`one_number_asked`). A sketch that would show back only the values the question names
     comes after all the others (`shows_only_its_values`)."""
     pairs = list(itertools.product(selects, keywords))
-    probable = np.array([s + k for (_, s), (_, k) in pairs], dtype=np.float64)
+    probable = pair_log_probabilities(selects, keywords)
     pair_scores = probable
     if aligned is not None:
         logits = np.asarray(aligned, dtype=np.float64)

@@ -207,7 +207,7 @@ def test_the_aligner_reads_only_the_pairs_within_align_within() -> None:
     question = "What are the names and ages of singers from France, oldest first?"
     found = sketch_stage.load_sketcher(CPU).hypotheses(question, schema)
     pairs = list(itertools.product(found.selects, found.keywords))
-    probable = np.array([s + k for (_, s), (_, k) in pairs])
+    probable = sketch_stage.pair_log_probabilities(found.selects, found.keywords)
     for within in (0.0, 2.0):
         sketcher = sketch_stage.load_sketcher(CPU, SketchSettings(align_within=within))
         aligned = sketcher.align(question, schema, found.selects, found.keywords)
