@@ -18,16 +18,16 @@
    form manifest.json names), for them with the aligner ranking only the paper's K1 SELECT sets
    (`[sketch] select_pool` = `select_k`, where it is wider), for them with the aligner reading
    every pair (`[sketch] align_within` = inf), and for the fp32 and int8 ONNX
-   models when `build/onnx/` holds them (made by `python -m model_export.export_sketch`; on a
-   fresh checkout, after `python -m model_export.restore_weights`).
+   models, and the sketch model in int8 mixed (`export_sketch.sensitive_matmul`), when
+   `build/onnx/` holds them (made by `python -m model_export.export_sketch`; on a fresh
+   checkout, after `python -m model_export.restore_weights`).
 2. Latency of one question (sketch model + aligner + decoding, `Sketcher.sketch`, given the
-   values the question names as above): the first
-   `--latency-questions` dev questions, each run once with the shipped models (and the
-   narrower pool and every pair read, above), ONNX fp32, ONNX
-   int8 and PyTorch eager (the trained checkpoints in `build/`, through the same `Sketcher`
-   code), interleaved question by question so that the machine's noise falls on all alike; p50
-   and p95 and their ratios. What is not built (or torch, when missing) is skipped with a
-   note.
+   values the question names as above): the first `--latency-questions` dev questions, each run
+   once with the shipped models (and the narrower pool and every pair read, above), ONNX fp32,
+   ONNX int8, int8 mixed and PyTorch eager (the trained checkpoints in `build/`, through the
+   same `Sketcher` code), interleaved question by question so that the machine's noise falls on
+   all alike; p50 and p95 and their ratios. What is not built (or torch, when missing) is
+   skipped with a note.
 
 Progress goes to stderr; the report (Markdown tables) to stdout.
 """
@@ -54,6 +54,12 @@ BUILD = ROOT / "build"
 BUILT = {
     "ONNX fp32": (BUILD / "onnx" / "sketch.fp32.onnx", BUILD / "onnx" / "aligner.fp32.onnx"),
     "ONNX int8": (BUILD / "onnx" / "sketch.int8.onnx", BUILD / "onnx" / "aligner.int8.onnx"),
+    # the form shipped before 2026-12-03's sixteenth session; written by the exporter only when it
+    # tries that form
+    "ONNX, sketch model int8 mixed, aligner int8": (
+        BUILD / "onnx" / "sketch.int8_mixed.onnx",
+        BUILD / "onnx" / "aligner.int8.onnx",
+    ),
 }
 
 ROW_NAMES = {
