@@ -46,10 +46,17 @@ def test_restored_models_compute_what_the_shipped_ones_do() -> None:
     sketch.eval()
     aligner.eval()
     sketch_worst, aligner_worst = largest_differences(sketch, aligner, SHIPPED_MODELS_DIR, 8)
-    # float16 weights compute in float32 on both sides; in int8 (and int8 mixed) onnxruntime
-    # quantizes the activations and PyTorch does not. A weight in the wrong place would be off
-    # by much of the logits' range (-10.7 to 3.6 on dev)
-    tolerance = {"float16 weights": 1e-3, "int8 mixed": 2.0, "int8": 2.0}
+    # float16 weights compute in float32 on both sides; in the int8 forms onnxruntime
+    # quantizes the activations and PyTorch does not, the more so the more MatMuls are int8 (the
+    # sketch model in int8 first layer float32: 2.94 restored, 3.65 for the fp32 weights it was
+    # quantized from, on 2026-12-03). A weight in the wrong place would be off by much of the
+    # logits' range (-10.7 to 3.6 on dev)
+    tolerance = {
+        "float16 weights": 1e-3,
+        "int8 mixed": 2.0,
+        "int8 first layer float32": 4.0,
+        "int8": 4.0,
+    }
     assert sketch_worst < tolerance[entries["sketch"]["shipped_form"]]
     assert aligner_worst < tolerance[entries["aligner"]["shipped_form"]]
 
