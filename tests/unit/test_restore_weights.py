@@ -49,8 +49,9 @@ def test_restored_models_compute_what_the_shipped_ones_do() -> None:
     # float16 weights compute in float32 on both sides; in the int8 forms onnxruntime
     # quantizes the activations and PyTorch does not, the more so the more MatMuls are int8 (the
     # sketch model in int8 first layer float32: 2.94 restored, 3.65 for the fp32 weights it was
-    # quantized from, on 2026-12-03). A weight in the wrong place would be off by much of the
-    # logits' range (-10.7 to 3.6 on dev)
+    # quantized from, on 2026-12-03). A weight in the wrong place is off by much of the logits'
+    # range (-10.7 to 3.6 on dev): layer 3's query and key weights swapped, 17.2; layer 4's
+    # feed-forward output rows reversed, 24.5 (the same 8 questions)
     tolerance = {
         "float16 weights": 1e-3,
         "int8 mixed": 2.0,
