@@ -54,8 +54,8 @@ BUILD = ROOT / "build"
 BUILT = {
     "ONNX fp32": (BUILD / "onnx" / "sketch.fp32.onnx", BUILD / "onnx" / "aligner.fp32.onnx"),
     "ONNX int8": (BUILD / "onnx" / "sketch.int8.onnx", BUILD / "onnx" / "aligner.int8.onnx"),
-    # the form shipped before 2026-12-03's sixteenth session; written by the exporter only when it
-    # tries that form
+    # the sketch model's form shipped until 2026-12-03; the exporter writes it only when it gets
+    # as far as trying that form
     "ONNX, sketch model int8 mixed, aligner int8": (
         BUILD / "onnx" / "sketch.int8_mixed.onnx",
         BUILD / "onnx" / "aligner.int8.onnx",

@@ -345,7 +345,7 @@ def plurals(word: str) -> tuple[str, ...]:
     return (word + "s", word + "es")
 
 
-@functools.lru_cache(maxsize=16384)  # rank asks again for each pair; the same sketches
+@functools.lru_cache(maxsize=16384)  # `rank` asks the same again for each pair it repairs
 def _word_match(name: str, said: str) -> int:
     """How closely a word of a table's name matches a word of the question: 2 equal, or a
     plural or singular of it (`plurals`); 1 the same in their first five letters or more with
