@@ -84,7 +84,7 @@ def torch_sketcher() -> Sketcher | None:
         from model_export.sketch_model import sketcher_of
         from model_export.train_aligner import DEFAULT_WORKDIR, aligner_model, load_sketch_model
         from model_export.train_sketch import DEFAULT_WORKDIR as SKETCH_WORKDIR
-        from model_export.train_sketch import reads_values, tokenizer_path
+        from model_export.train_sketch import reads_values, tokenizer_path, window_length
     except ImportError as exc:
         say(f"PyTorch eager skipped: {exc} (pip install -e '.[export]')")
         return None
@@ -100,6 +100,7 @@ def torch_sketcher() -> Sketcher | None:
         aligner,
         tokenizer_path(),
         reads_values=reads_values(SKETCH_WORKDIR),
+        max_length=window_length(SKETCH_WORKDIR),
     )
 
 
@@ -198,7 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, (sketch_path, aligner_path) in BUILT.items():
         if sketch_path.exists() and aligner_path.exists():
             variants[name] = Sketcher.from_files(
-                sketch_path, aligner_path, tokenizer, reads_values=shipped.reads_values
+                sketch_path,
+                aligner_path,
+                tokenizer,
+                reads_values=shipped.reads_values,
+                max_length=shipped.max_length,
             )
         else:
             say(f"{name} skipped: {sketch_path} not built (python -m model_export.export_sketch)")

@@ -57,10 +57,10 @@ from model_export.hand_checked import missed
 from model_export.train_aligner import DEFAULT_WORKDIR as ALIGNER_WORKDIR
 from model_export.train_aligner import aligner_model, load_sketch_model
 from model_export.train_sketch import DEFAULT_WORKDIR as SKETCH_WORKDIR
-from model_export.train_sketch import SPIDER, reads_values, tokenizer_path
+from model_export.train_sketch import SPIDER, reads_values, tokenizer_path, window_length
 from proxy.config import SketchSettings
 from proxy.nl2sql.aligner import pair_text
-from proxy.nl2sql.encoding import WindowEncoder, batch, value_marks
+from proxy.nl2sql.encoding import MAX_LENGTH, WindowEncoder, batch, value_marks
 from proxy.nl2sql.sketcher import ALIGNER_MODEL, SKETCH_MODEL, Sketcher
 from proxy.runtime import load_tokenizer, pad_encodings, read_manifest, sha256_file
 
@@ -130,7 +130,7 @@ def export_sketch_fp32(target: Path, workdir: Path) -> float:
 
     model = load_sketch_model(workdir)
     model.encoder.config._attn_implementation = "eager"
-    encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512))
+    encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512), window_length(workdir))
     questions = dev_questions(limit=40)
     marks = reads_values(workdir)
     windows = [
@@ -445,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sketch_entry = read_manifest(args.models_dir)["models"][SKETCH_MODEL]
         sketch_fp32 = args.models_dir / SKETCH_MODEL / "model.onnx"
         sketch_reads_values = sketch_entry.get("reads_values") is True
+        sketch_window = int(sketch_entry.get("max_length", MAX_LENGTH))
         sketch_difference = 0.0
         combinations = [(sketch_entry["shipped_form"], form) for form in ALIGNER_FORMS]
         made[(SKETCH_MODEL, sketch_entry["shipped_form"])] = (
@@ -454,6 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"keeping the shipped sketch model ({sketch_entry['shipped_form']}, {sketch_fp32})")
     else:
         sketch_reads_values = reads_values(args.sketch_workdir)
+        sketch_window = window_length(args.sketch_workdir)
         say("exporting the sketch model")
         sketch_difference = export_sketch_fp32(sketch_fp32, args.sketch_workdir)
         say(f"  fp32 vs PyTorch: largest logit difference {sketch_difference:.2e}")
@@ -477,6 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tokenizer,
             settings=SketchSettings(),
             reads_values=sketch_reads_values,
+            max_length=sketch_window,
         )
         result = accuracy(sketcher, questions)
         say(f"  {result}")
@@ -588,7 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "table_logits": "float32 [windows, tables]",
                     "question_logits": "float32 [windows, 13]",
                 },
-                "max_length": 256,
+                "max_length": sketch_window,
                 "reads_values": reads_values(args.sketch_workdir),
                 "training": {
                     "command": training_command(

@@ -21,7 +21,7 @@ from torch import nn
 
 from proxy.config import SketchSettings
 from proxy.nl2sql.aligner import Aligner
-from proxy.nl2sql.encoding import Batch, EncodedWindow, WindowEncoder
+from proxy.nl2sql.encoding import MAX_LENGTH, Batch, EncodedWindow, WindowEncoder
 from proxy.nl2sql.sketch import (
     AGGREGATES,
     COLUMN_OUTPUTS,
@@ -186,17 +186,19 @@ def sketcher_of(
     tokenizer: Path,
     *,
     reads_values: bool = False,
+    max_length: int = MAX_LENGTH,
     settings: SketchSettings | None = None,
 ) -> Sketcher:
     """A `Sketcher` over the PyTorch sketch model and aligner (eval mode, CPU); `reads_values`:
-    whether the sketch model was trained with the question's values beside their columns."""
+    whether the sketch model was trained with the question's values beside their columns;
+    `max_length`: the tokens of a window it was trained at."""
     return Sketcher(
         TorchSession(sketch, INPUT_NAMES, OUTPUT_NAMES),  # type: ignore[arg-type]
         Aligner(
             TorchSession(aligner, ALIGNER_INPUT_NAMES, ("logits",)),  # type: ignore[arg-type]
             load_tokenizer(tokenizer, 512),
         ),
-        WindowEncoder(load_tokenizer(tokenizer, 512)),
+        WindowEncoder(load_tokenizer(tokenizer, 512), max_length),
         settings if settings is not None else SketchSettings(),
         reads_values=reads_values,
     )

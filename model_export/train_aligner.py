@@ -36,6 +36,7 @@ from model_export.train_sketch import (
     read_examples,
     reads_values,
     tokenizer_path,
+    window_length,
 )
 from model_export.training import add_hardware_arguments, use_bf16, write_run_config
 from proxy.nl2sql.aligner import MAX_LENGTH, pair_text
@@ -288,8 +289,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         train_pairs, dev_pairs = cached["train"], cached["dev"]
     else:
         schemas = load_spider_schemas(args.spider / "tables.json")
-        encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512))
-        # the sketch model sees what it was trained on: the question's values, if it reads them
+        # the sketch model sees what it was trained on: its window length, the question's values
+        # if it reads them
+        encoder = WindowEncoder(
+            load_tokenizer(tokenizer_path(), 512), window_length(args.sketch_workdir)
+        )
         values = reads_values(args.sketch_workdir)
         train, _ = read_examples(
             args.spider / "train.json", schemas, encoder, args.limit, values=values

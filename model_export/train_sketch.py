@@ -52,7 +52,13 @@ from model_export.training import (
     use_bf16,
     write_run_config,
 )
-from proxy.nl2sql.encoding import EncodedWindow, WindowEncoder, batch, value_marks
+from proxy.nl2sql.encoding import (
+    MAX_LENGTH,
+    EncodedWindow,
+    WindowEncoder,
+    batch,
+    value_marks,
+)
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.serialize import Marks
 from proxy.nl2sql.sketch import (
@@ -85,6 +91,8 @@ class Stage:
     seed: int
     values: bool = False
     """Whether the stage shows the model the values each question names (`--values`)."""
+    max_length: int = MAX_LENGTH
+    """The tokens of a window (`--max-length`)."""
 
 
 # The shipped sketch model: 3 epochs from the base model, then three further runs at a lower
@@ -155,6 +163,16 @@ def reads_values(workdir: Path) -> bool:
     if not path.exists():
         return False
     return bool(json.loads(path.read_text(encoding="utf-8")).get("values") == "True")
+
+
+def window_length(workdir: Path) -> int:
+    """The tokens a window took when the weights in `workdir` were trained (`--max-length`, as
+    its config.json, or that of the run restored into it, records; runs from before the option
+    were trained at `encoding.MAX_LENGTH`)."""
+    path = workdir / "config.json"
+    if not path.exists():
+        return MAX_LENGTH
+    return int(json.loads(path.read_text(encoding="utf-8")).get("max_length", MAX_LENGTH))
 
 
 def tokenizer_path() -> Path:
@@ -305,23 +323,26 @@ def run_recipe(
 def train_recipe(
     args: argparse.Namespace,
     stages: Sequence[Stage],
-    read: Callable[[bool], tuple[Sequence[Example], Sequence[Example]]],
+    read: Callable[[bool, int], tuple[Sequence[Example], Sequence[Example]]],
 ) -> None:
     """`--recipe`: `stages` as runs of `train`, and the recipe in `<workdir>/config.json`.
-    `read(values)`: the train and dev examples, with or without the questions' values."""
+    `read(values, max_length)`: the train and dev examples, with or without the questions'
+    values, in windows of `max_length` tokens."""
 
     def train_stage(stage: Stage, stage_dir: Path, init: Path | None) -> None:
         stage_args = argparse.Namespace(
             **{**vars(args), **asdict(stage), "init": init, "workdir": stage_dir, "recipe": False}
         )
-        train(stage_args, *read(stage.values))
+        train(stage_args, *read(stage.values, stage.max_length))
 
     run_recipe(stages, args.workdir, train_stage)
     per_stage = {f.name for f in fields(Stage)}
     settings: dict[str, Any] = {k: str(v) for k, v in vars(args).items() if k not in per_stage}
     settings["command"] = RECIPE_COMMAND
     settings["stages"] = [asdict(stage) for stage in stages]
-    settings["values"] = str(stages[-1].values)  # what the finished model reads (`reads_values`)
+    # what the finished model reads (`reads_values`) and in what windows (`window_length`)
+    settings["values"] = str(stages[-1].values)
+    settings["max_length"] = str(stages[-1].max_length)
     (args.workdir / "config.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
 
 
@@ -398,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--recipe",
         action="store_true",
         help="train the shipped model's stages (SHIPPED_RECIPE) in <workdir>/stage-N, each from "
-        "the last; they set --epochs, --lr, --head-lr, --seed and --values",
+        "the last; they set --epochs, --lr, --head-lr, --seed, --values and --max-length",
     )
     parser.add_argument(
         "--values",
@@ -407,18 +428,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         "from Spider's SQLite files as the value index would hold them); a model trained so is "
         "exported with `reads_values` and given them at inference",
     )
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=MAX_LENGTH,
+        help="tokens a window may take, question and schema together; a schema that does not "
+        "fit is split into more windows (default: %(default)s; at most 512, the base model's "
+        "positions)",
+    )
     add_hardware_arguments(parser)
     args = parser.parse_args(argv)
+    if not 128 <= args.max_length <= 512:
+        parser.error("--max-length must be between 128 and 512")
     if args.recipe and args.init is not None:
         parser.error("--recipe starts from the base model: leave out --init")
 
     schemas = load_spider_schemas(args.spider / "tables.json")
-    encoder = WindowEncoder(load_tokenizer(tokenizer_path(), 512))
-    loaded: dict[bool, tuple[list[Example], list[Example]]] = {}  # by `values`
+    tokenizer = load_tokenizer(tokenizer_path(), 512)
+    loaded: dict[tuple[bool, int], tuple[list[Example], list[Example]]] = {}
 
-    def examples(values: bool) -> tuple[list[Example], list[Example]]:
-        if values not in loaded:
+    def examples(values: bool, max_length: int) -> tuple[list[Example], list[Example]]:
+        if (values, max_length) not in loaded:
             started = time.monotonic()
+            encoder = WindowEncoder(tokenizer, max_length)
             train_examples, train_skipped = read_examples(
                 args.spider / "train.json", schemas, encoder, args.limit, values=values
             )
@@ -429,16 +461,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"train: {len(train_examples)} labelled ({windows} windows), not labelled "
                 f"{train_skipped}; dev: {len(dev)} labelled, not labelled {dev_skipped}"
-                f"{', with their values' if values else ''} ({time.monotonic() - started:.0f} s)",
+                f"{', with their values' if values else ''}, windows of {max_length} tokens "
+                f"({time.monotonic() - started:.0f} s)",
                 file=sys.stderr,
             )
-            loaded[values] = (train_examples, dev)
-        return loaded[values]
+            loaded[values, max_length] = (train_examples, dev)
+        return loaded[values, max_length]
 
     if args.recipe:
         train_recipe(args, SHIPPED_RECIPE, examples)
     else:
-        train(args, *examples(args.values))
+        train(args, *examples(args.values, args.max_length))
     return 0
 
 

@@ -35,7 +35,7 @@ import onnxruntime as ort
 
 from proxy.config import ConfigError, RuntimeSettings, SketchSettings
 from proxy.nl2sql.aligner import Aligner, FloatArray, pair_text
-from proxy.nl2sql.encoding import WindowEncoder, batch, value_marks
+from proxy.nl2sql.encoding import MAX_LENGTH, WindowEncoder, batch, value_marks
 from proxy.nl2sql.schema import Schema, spelled_out
 from proxy.nl2sql.sketch import (
     SelectItem,
@@ -147,6 +147,9 @@ class Sketcher:
         self._session = sketch_session
         self._aligner = aligner
         self._encoder = encoder
+        self.max_length = encoder.max_length
+        """The tokens of a window, question and schema together, as the sketch model was
+        trained (manifest.json's `max_length`)."""
         # whole words of the tokenizer's vocabulary: run-together names are split into them,
         # once per schema asked about (the pipeline keeps its schema while the catalog stands)
         vocabulary = frozenset(
@@ -168,9 +171,11 @@ class Sketcher:
         providers: Sequence[str] = ("CPUExecutionProvider",),
         threads: int = 0,
         reads_values: bool = False,
+        max_length: int = MAX_LENGTH,
     ) -> Sketcher:
         """A sketcher over these files, unchecked (`load_sketcher` verifies them first);
-        `reads_values`: as manifest.json says of the sketch model."""
+        `reads_values` and `max_length` (the tokens of a window, as the sketch model was trained):
+        as manifest.json says of the sketch model."""
         aligner = None
         if aligner_model is not None:
             aligner = Aligner(
@@ -179,7 +184,7 @@ class Sketcher:
         return cls(
             create_session(sketch_model, providers, threads),
             aligner,
-            WindowEncoder(load_tokenizer(tokenizer, 512)),
+            WindowEncoder(load_tokenizer(tokenizer, 512), max_length),
             settings,
             reads_values=reads_values,
         )
@@ -517,6 +522,7 @@ def load_sketcher(
                 providers=providers,
                 threads=runtime.threads,
                 reads_values=sketch.entry.get("reads_values") is True,
+                max_length=int(sketch.entry.get("max_length", MAX_LENGTH)),
             )
             log.info(
                 "sketch model and aligner loaded from %s on %s (%s)",

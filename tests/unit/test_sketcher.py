@@ -283,3 +283,26 @@ def test_cuda_falls_back_to_cpu_with_a_logged_reason(
     assert any("onnxruntime-gpu" in w for w in warnings)
     infos = [r.getMessage() for r in caplog.records if r.name == "proxy.nl2sql.sketcher"]
     assert any("CPUExecutionProvider" in i and "onnxruntime-gpu" in i for i in infos)
+
+
+def test_the_window_length_comes_from_the_manifest(models_copy: Path) -> None:
+    """The sketch model reads windows as long as it was trained on (manifest.json's `max_length`):
+    a schema that fits in one window of that length is read whole, and split in a shorter one."""
+    shipped = runtime.read_manifest(runtime.SHIPPED_MODELS_DIR)["models"]["sketch"]
+    loaded = sketch_stage.load_sketcher(CPU)
+    assert loaded.max_length == shipped["max_length"]
+    manifest = json.loads((models_copy / "manifest.json").read_text(encoding="utf-8"))
+    manifest["models"]["sketch"]["max_length"] = 128
+    (models_copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    settings = RuntimeSettings(provider="cpu", models_dir=str(models_copy), threads=1)
+    short = sketch_stage.load_sketcher(settings)
+    assert short.max_length == 128
+    tables = tuple(Table(f"table_{t}") for t in range(8))
+    columns = tuple(
+        Column(t, name) for t in range(8) for name in (f"t{t}_id", f"label_{t}", f"amount_{t}")
+    )
+    schema = Schema(name="eight", tables=tables, columns=columns)
+    question = "what is the largest amount 7?"
+    whole, split = loaded.scores(question, schema), short.scores(question, schema)
+    assert whole.column_logits.shape == split.column_logits.shape
+    assert not np.allclose(whole.column_logits, split.column_logits)

@@ -18,8 +18,9 @@ from model_export.train_sketch import (
     read_examples,
     reads_values,
     run_recipe,
+    window_length,
 )
-from proxy.nl2sql.encoding import WindowEncoder
+from proxy.nl2sql.encoding import MAX_LENGTH, WindowEncoder
 from proxy.nl2sql.schema import load_spider_schemas
 from proxy.nl2sql.serialize import serialize
 from proxy.runtime import SHIPPED_MODELS_DIR, load_tokenizer, read_manifest
@@ -100,6 +101,25 @@ def test_a_run_reads_values_where_its_config_says_so(tmp_path: Path) -> None:
         assert reads_values(tmp_path) is expected
 
 
+def test_a_run_reads_windows_as_long_as_its_config_says(tmp_path: Path) -> None:
+    assert window_length(tmp_path) == MAX_LENGTH  # no config: as runs before --max-length
+    (tmp_path / "config.json").write_text(json.dumps({"values": "True"}), encoding="utf-8")
+    assert window_length(tmp_path) == MAX_LENGTH
+    (tmp_path / "config.json").write_text(json.dumps({"max_length": "512"}), encoding="utf-8")
+    assert window_length(tmp_path) == 512
+
+
+@pytest.mark.parametrize("length", ["64", "1024"])
+def test_a_window_length_outside_128_to_512_is_refused(
+    length: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from model_export.train_sketch import main
+
+    with pytest.raises(SystemExit):
+        main(["--max-length", length])
+    assert "--max-length must be between 128 and 512" in capsys.readouterr().err
+
+
 def test_training_examples_show_the_values_their_question_names() -> None:
     """With --values, a question's windows show the database's values it names beside their
     columns (read from Spider's SQLite file); without, the schema alone."""
@@ -125,4 +145,5 @@ def test_training_examples_show_the_values_their_question_names() -> None:
 def test_the_shipped_model_reads_values_as_its_recipe_ends() -> None:
     manifest = read_manifest(SHIPPED_MODELS_DIR)["models"]["sketch"]
     assert manifest["reads_values"] is SHIPPED_RECIPE[-1].values
+    assert manifest["max_length"] == SHIPPED_RECIPE[-1].max_length
     assert manifest["training"]["command"] == "python -m model_export.train_sketch --recipe"
