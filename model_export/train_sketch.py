@@ -34,13 +34,14 @@ stage's weights are `<workdir>/model.pt` and `<workdir>/history.json` has every 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,9 @@ class Example:
     schema: Schema
     label: Sketch
     windows: tuple[EncodedWindow, ...]
+    marks: Marks = ()
+    """The values shown beside their columns (`--values`), kept to encode the question anew
+    (`schema_order`)."""
 
 
 def read_examples(
@@ -152,7 +156,7 @@ def read_examples(
             if number % 500 == 0:
                 progress(f"  {path.name}: {number}/{len(raw)} questions with their values")
         windows = tuple(encoder.encode(entry["question"], schema, marks))
-        examples.append(Example(entry["question"], schema, label, windows))
+        examples.append(Example(entry["question"], schema, label, windows, marks))
     return examples, dict(skipped)
 
 
@@ -219,6 +223,28 @@ def batch_plan(
     )
 
 
+def reordered(
+    examples: Sequence[Example], encoder: WindowEncoder, fraction: float, seed: int, epoch: int
+) -> list[Example]:
+    """`examples` for one epoch of `--shuffle-schemas`: each, with probability `fraction`, with
+    its schema shown in a random order (`schema_order.reordered_windows`; a schema that does not
+    fit in one window is kept as it is). The same for the same seed and epoch."""
+    import random
+
+    from model_export.schema_order import reordered_windows
+
+    rng = random.Random(seed * 1000 + epoch)
+    result = []
+    for example in examples:
+        windows = None
+        if len(example.windows) == 1 and rng.random() < fraction:
+            windows = reordered_windows(
+                encoder, example.question, example.schema, example.marks, rng
+            )
+        result.append(example if windows is None else replace(example, windows=windows))
+    return result
+
+
 def batch_loss(model: Any, examples: Sequence[Example], items: Sequence[tuple[int, int]]) -> Any:
     """The loss of one batch. Shapes are padded to multiples (tokens 32, columns and tables 8),
     so that few distinct shapes reach the CPU kernels (each new shape costs memory in their
@@ -273,12 +299,30 @@ def train(args: argparse.Namespace, train: Sequence[Example], dev: Sequence[Exam
     named = list(model.named_parameters())
     body = [p for n, p in named if n.startswith("encoder.") and p.requires_grad]
     heads = [p for n, p in named if not n.startswith("encoder.")]
+    encoder = (
+        WindowEncoder(load_tokenizer(tokenizer_path(), 512), args.max_length)
+        if args.shuffle_schemas
+        else None
+    )
+
+    @functools.lru_cache(maxsize=1)
+    def epoch_examples(epoch: int) -> Sequence[Example]:
+        if encoder is None:
+            return train
+        return reordered(train, encoder, args.shuffle_schemas, args.seed, epoch)
+
+    planned = [0]  # the epoch whose batches are being trained
+
+    def plan(epoch: int) -> list[list[tuple[int, int]]]:
+        planned[0] = epoch
+        return batch_plan(epoch_examples(epoch), epoch, args.seed, args.batch_size)
+
     Loop(
         model=model,
         parameter_groups=[{"params": body, "lr": args.lr}, {"params": heads, "lr": args.head_lr}],
         epochs=args.epochs,
-        plan=lambda epoch: batch_plan(train, epoch, args.seed, args.batch_size),
-        step_loss=lambda items: batch_loss(model, train, items),
+        plan=plan,
+        step_loss=lambda items: batch_loss(model, epoch_examples(planned[0]), items),
         evaluate=lambda: {"dev_top1": top1_accuracy(dev, predict(model, dev, args.batch_size * 2))},
         workdir=args.workdir,
         checkpoint_every=args.checkpoint_every,
@@ -436,8 +480,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fit is split into more windows (default: %(default)s; at most 512, the base model's "
         "positions)",
     )
+    parser.add_argument(
+        "--shuffle-schemas",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="show each training question, with probability P and anew every epoch, its schema "
+        "with tables and columns in a random order (`schema_order`; default: %(default)s, never)",
+    )
     add_hardware_arguments(parser)
     args = parser.parse_args(argv)
+    if not 0.0 <= args.shuffle_schemas <= 1.0:
+        parser.error("--shuffle-schemas is a probability: between 0 and 1")
     if not 128 <= args.max_length <= 512:
         parser.error("--max-length must be between 128 and 512")
     if args.recipe and args.init is not None:
