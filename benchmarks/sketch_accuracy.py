@@ -1,7 +1,7 @@
 """The sketch stage, measured on Spider dev: accuracy as in ZeroNL2SQL's Table 4, and latency.
 
     python -m benchmarks.sketch_accuracy [--limit N] [--latency-questions 200] [--skip-accuracy]
-        [--skip-latency]
+        [--skip-latency] [--sketch-workdir build/<a train_sketch run> ...]
 
 1. Accuracy (`model_export.evaluate_sketch`): all 1034 dev questions (schemas from tables.json;
    a gold query the sketch cannot represent counts as a miss), exact-set match of SELECT, FROM and
@@ -20,7 +20,9 @@
    every pair (`[sketch] align_within` = inf), and for the fp32 and int8 ONNX
    models, and the sketch model in int8 mixed (`export_sketch.sensitive_matmul`), when
    `build/onnx/` holds them (made by `python -m model_export.export_sketch`; on a fresh
-   checkout, after `python -m model_export.restore_weights`).
+   checkout, after `python -m model_export.restore_weights`). With `--sketch-workdir`, also for
+   the sketch weights a `train_sketch` run left there (PyTorch, fp32) beside the shipped aligner:
+   a trained model measured as the shipped one is, before it is exported.
 2. Latency of one question (sketch model + aligner + decoding, `Sketcher.sketch`, given the
    values the question names as above): the first `--latency-questions` dev questions, each run
    once with the shipped models (and the narrower pool and every pair read, above), ONNX fp32,
@@ -104,6 +106,41 @@ def torch_sketcher() -> Sketcher | None:
     )
 
 
+def trained_sketchers(workdirs: Sequence[Path], shipped: Sketcher) -> dict[str, Sketcher]:
+    """`--sketch-workdir`: the trained sketch weights in each workdir (`model.pt`, PyTorch in
+    fp32, read as its config.json says: values, window length), each beside the shipped aligner
+    and settings; a workdir without weights, or no torch, is skipped with a note."""
+    try:
+        from model_export.sketch_model import sketcher_of
+        from model_export.train_aligner import load_sketch_model
+        from model_export.train_sketch import reads_values, tokenizer_path, window_length
+        from proxy.nl2sql.aligner import Aligner
+        from proxy.nl2sql.sketcher import ALIGNER_MODEL
+        from proxy.runtime import create_session, load_tokenizer
+    except ImportError as exc:
+        say(f"--sketch-workdir skipped: {exc} (pip install -e '.[export]')")
+        return {}
+    models_dir = resolve_models_dir()
+    aligner = Aligner(
+        create_session(models_dir / ALIGNER_MODEL / "model.onnx", ("CPUExecutionProvider",), 0),
+        load_tokenizer(models_dir / ALIGNER_MODEL / "tokenizer.json", 512),
+    )
+    result = {}
+    for workdir in workdirs:
+        if not (workdir / "model.pt").exists():
+            say(f"{workdir} skipped: no model.pt (python -m model_export.train_sketch)")
+            continue
+        result[f"PyTorch fp32 {workdir}, shipped aligner"] = sketcher_of(
+            load_sketch_model(workdir),
+            aligner,
+            tokenizer_path(),
+            reads_values=reads_values(workdir),
+            max_length=window_length(workdir),
+            settings=shipped.settings,
+        )
+    return result
+
+
 def accuracy_table(figures: dict[str, Any], title: str) -> str:
     lines = [
         f"### {title}: exact-set match on Spider dev, % ({figures['questions']} questions, "
@@ -176,6 +213,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency-questions", type=int, default=200, help="default: %(default)s")
     parser.add_argument("--skip-accuracy", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument(
+        "--sketch-workdir",
+        type=Path,
+        action="append",
+        default=[],
+        help="also measure the accuracy of the sketch weights trained in this workdir "
+        "(train_sketch; PyTorch, fp32) beside the shipped aligner; may be given more than once",
+    )
     args = parser.parse_args(argv)
 
     questions = dev_questions(limit=args.limit)
@@ -209,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(f"{name} skipped: {sketch_path} not built (python -m model_export.export_sketch)")
     report = ["## Sketch accuracy and latency (benchmarks.sketch_accuracy)", ""]
     if not args.skip_accuracy:
-        for name, sketcher in variants.items():
+        trained = trained_sketchers(args.sketch_workdir, shipped)
+        for name, sketcher in {**variants, **trained}.items():
             say(f"accuracy, {name}, {len(questions)} questions")
             report += [accuracy_table(accuracy(sketcher, questions), name), ""]
     if not args.skip_latency:

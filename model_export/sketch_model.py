@@ -189,15 +189,19 @@ def sketcher_of(
     max_length: int = MAX_LENGTH,
     settings: SketchSettings | None = None,
 ) -> Sketcher:
-    """A `Sketcher` over the PyTorch sketch model and aligner (eval mode, CPU); `reads_values`:
-    whether the sketch model was trained with the question's values beside their columns;
-    `max_length`: the tokens of a window it was trained at."""
-    return Sketcher(
-        TorchSession(sketch, INPUT_NAMES, OUTPUT_NAMES),  # type: ignore[arg-type]
-        Aligner(
+    """A `Sketcher` over the PyTorch sketch model and aligner (eval mode, CPU), or over the
+    PyTorch sketch model and an `Aligner` as it is (the shipped one: trained weights measured
+    beside it before they are exported); `reads_values`: whether the sketch model was trained
+    with the question's values beside their columns; `max_length`: the tokens of a window it was
+    trained at."""
+    if not isinstance(aligner, Aligner):
+        aligner = Aligner(
             TorchSession(aligner, ALIGNER_INPUT_NAMES, ("logits",)),  # type: ignore[arg-type]
             load_tokenizer(tokenizer, 512),
-        ),
+        )
+    return Sketcher(
+        TorchSession(sketch, INPUT_NAMES, OUTPUT_NAMES),  # type: ignore[arg-type]
+        aligner,
         WindowEncoder(load_tokenizer(tokenizer, 512), max_length),
         settings if settings is not None else SketchSettings(),
         reads_values=reads_values,

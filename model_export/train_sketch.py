@@ -24,6 +24,10 @@ trains it further (a new schedule: warm-up and decay over the new run's epochs).
 each Spider database's SQLite file under the value index's rules; `encoding.value_marks`); the
 exported model is then given them at inference (manifest.json's `reads_values`).
 
+`--shuffle-schemas P` shows each training question, with probability P and a new order every
+epoch, its schema with tables and columns shuffled and numbered anew (`schema_order`), so that the
+model reads items by name rather than by where Spider's authors put them; dev is read as it is.
+
 `--recipe` runs the stages the shipped model was trained in (`SHIPPED_RECIPE`), each a run as
 above from the previous stage's weights, in `<workdir>/stage-N/`: `python -m
 model_export.train_sketch --recipe` is the one command that reproduces it. A finished stage (its

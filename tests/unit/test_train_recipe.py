@@ -120,6 +120,17 @@ def test_a_window_length_outside_128_to_512_is_refused(
     assert "--max-length must be between 128 and 512" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("fraction", ["-0.1", "1.5"])
+def test_a_shuffle_probability_outside_0_to_1_is_refused(
+    fraction: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from model_export.train_sketch import main
+
+    with pytest.raises(SystemExit):
+        main(["--shuffle-schemas", fraction])
+    assert "--shuffle-schemas is a probability" in capsys.readouterr().err
+
+
 def test_training_examples_show_the_values_their_question_names() -> None:
     """With --values, a question's windows show the database's values it names beside their
     columns (read from Spider's SQLite file); without, the schema alone."""

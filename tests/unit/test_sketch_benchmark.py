@@ -1,0 +1,56 @@
+"""`benchmarks.sketch_accuracy --sketch-workdir`: trained sketch weights measured beside the shipped
+aligner, read as their run's config.json says, before they are exported."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.sketch_accuracy import trained_sketchers
+from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
+from proxy.nl2sql.sketch import STAR
+from proxy.nl2sql.sketcher import load_sketcher
+
+SCHEMA = Schema(
+    name="concert_singer",
+    tables=(Table("singer"), Table("concert")),
+    columns=(
+        Column(0, "singer_id", "number", primary_key=True),
+        Column(0, "name"),
+        Column(0, "age", "number"),
+        Column(1, "concert_id", "number", primary_key=True),
+        Column(1, "singer_id", "number"),
+        Column(1, "year", "number"),
+    ),
+    foreign_keys=(ForeignKey(4, 0),),
+)
+
+
+def test_trained_weights_are_measured_beside_the_shipped_aligner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from model_export.sketch_model import SketchModel, load_encoder
+
+    torch.manual_seed(0)
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    torch.save(SketchModel(load_encoder()).state_dict(), workdir / "model.pt")
+    (workdir / "config.json").write_text(
+        json.dumps({"values": "True", "max_length": "384"}), encoding="utf-8"
+    )
+    shipped = load_sketcher()
+    measured = trained_sketchers([workdir, tmp_path / "untrained"], shipped)
+    assert list(measured) == [f"PyTorch fp32 {workdir}, shipped aligner"]
+    assert f"{tmp_path / 'untrained'} skipped: no model.pt" in capsys.readouterr().err
+    (sketcher,) = measured.values()
+    assert sketcher.aligns and sketcher.reads_values and sketcher.max_length == 384
+    assert sketcher.settings == shipped.settings
+    sketches = sketcher.sketch("How many singers are older than 30?", SCHEMA)
+    assert sketches
+    for sketch in sketches:
+        assert sketch.tables and sketch.tables <= {0, 1}
+        assert all(item.column == STAR or 0 <= item.column < 6 for item in sketch.select)
