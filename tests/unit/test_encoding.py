@@ -17,10 +17,9 @@ from proxy.nl2sql.encoding import (
     batch,
     value_marks,
 )
-from proxy.nl2sql.schema import Schema, load_spider_schemas
+from proxy.nl2sql.schema import Schema
 from proxy.nl2sql.sketch import STAR
 
-SPIDER = Path(__file__).resolve().parents[3] / "shared" / "data" / "spider"
 TOKENIZER = (
     Path(__file__).resolve().parents[2] / "proxy" / "models" / "value_embedder" / "tokenizer.json"
 )
@@ -46,14 +45,6 @@ CASES = [
     ("cre_Drama_Workshop_Groups", "What are the store names?", 128),
     ("sakila_1", "Which film has the longest rental duration (days)?", 128),
 ]
-
-
-@pytest.fixture(scope="module")
-def spider() -> dict[str, Schema]:
-    tables = SPIDER / "tables.json"
-    if not tables.exists():
-        pytest.skip(f"Spider is not at {SPIDER}")
-    return load_spider_schemas(tables)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ still labelled as the schema it is (`model_export.schema_order`, `train_sketch.r
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,20 +12,10 @@ from model_export.schema_order import permuted, reordered_windows
 from model_export.sketch_model import targets
 from model_export.train_sketch import Example, reordered
 from proxy.nl2sql.encoding import WindowEncoder, value_marks
-from proxy.nl2sql.schema import Schema, load_spider_schemas
+from proxy.nl2sql.schema import Schema
 from proxy.nl2sql.serialize import serialize
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
 from proxy.runtime import SHIPPED_MODELS_DIR, load_tokenizer
-
-SPIDER = Path(__file__).resolve().parents[3] / "shared" / "data" / "spider"
-
-
-@pytest.fixture(scope="module")
-def spider() -> dict[str, Schema]:
-    tables = SPIDER / "tables.json"
-    if not tables.exists():
-        pytest.skip(f"Spider is not at {SPIDER}")
-    return load_spider_schemas(tables)
 
 
 @pytest.fixture(scope="module")

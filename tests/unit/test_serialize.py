@@ -20,13 +20,11 @@ from proxy.nl2sql.schema import (
     ForeignKey,
     Schema,
     Table,
-    load_spider_schemas,
     spelled_out,
 )
 from proxy.nl2sql.serialize import Marks, Window, neighbourhood_order, serialize, windows
 from proxy.nl2sql.sketch import STAR
 
-SPIDER = Path(__file__).resolve().parents[3] / "shared" / "data" / "spider"
 TOKENIZER = (
     Path(__file__).resolve().parents[2] / "proxy" / "models" / "value_embedder" / "tokenizer.json"
 )
@@ -179,14 +177,6 @@ def test_windows_of_a_small_schema_under_a_word_budget() -> None:
         parts = windows(SMALL, budget, words)
         assert len(parts) > 1
         _check_windows(SMALL, parts, budget, words)
-
-
-@pytest.fixture(scope="module")
-def spider() -> dict[str, Schema]:
-    tables = SPIDER / "tables.json"
-    if not tables.exists():
-        pytest.skip(f"Spider is not at {SPIDER}")
-    return load_spider_schemas(tables)
 
 
 @pytest.fixture(scope="module")
