@@ -114,17 +114,12 @@ def trained_sketchers(workdirs: Sequence[Path], shipped: Sketcher) -> dict[str, 
         from model_export.sketch_model import sketcher_of
         from model_export.train_aligner import load_sketch_model
         from model_export.train_sketch import reads_values, tokenizer_path, window_length
-        from proxy.nl2sql.aligner import Aligner
-        from proxy.nl2sql.sketcher import ALIGNER_MODEL
-        from proxy.runtime import create_session, load_tokenizer
     except ImportError as exc:
         say(f"--sketch-workdir skipped: {exc} (pip install -e '.[export]')")
         return {}
-    models_dir = resolve_models_dir()
-    aligner = Aligner(
-        create_session(models_dir / ALIGNER_MODEL / "model.onnx", ("CPUExecutionProvider",), 0),
-        load_tokenizer(models_dir / ALIGNER_MODEL / "tokenizer.json", 512),
-    )
+    if shipped.aligner is None:
+        say("--sketch-workdir skipped: the shipped sketcher has no aligner ([sketch] aligner)")
+        return {}
     result = {}
     for workdir in workdirs:
         if not (workdir / "model.pt").exists():
@@ -132,7 +127,7 @@ def trained_sketchers(workdirs: Sequence[Path], shipped: Sketcher) -> dict[str, 
             continue
         result[f"PyTorch fp32 {workdir}, shipped aligner"] = sketcher_of(
             load_sketch_model(workdir),
-            aligner,
+            shipped.aligner,
             tokenizer_path(),
             reads_values=reads_values(workdir),
             max_length=window_length(workdir),

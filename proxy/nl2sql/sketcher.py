@@ -218,6 +218,11 @@ class Sketcher:
         )
 
     @property
+    def aligner(self) -> Aligner | None:
+        """The aligner this sketcher loaded (None without one), whatever `[sketch] aligner` says."""
+        return self._aligner
+
+    @property
     def aligns(self) -> bool:
         """Whether pairs are re-ranked by the aligner (one is loaded and `[sketch] aligner`)."""
         return self._aligner is not None and self.settings.aligner

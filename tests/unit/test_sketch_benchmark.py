@@ -47,6 +47,7 @@ def test_trained_weights_are_measured_beside_the_shipped_aligner(
     assert list(measured) == [f"PyTorch fp32 {workdir}, shipped aligner"]
     assert f"{tmp_path / 'untrained'} skipped: no model.pt" in capsys.readouterr().err
     (sketcher,) = measured.values()
+    assert sketcher.aligner is shipped.aligner and sketcher.aligner is not None
     assert sketcher.aligns and sketcher.reads_values and sketcher.max_length == 384
     assert sketcher.settings == shipped.settings
     sketches = sketcher.sketch("How many singers are older than 30?", SCHEMA)
