@@ -109,26 +109,23 @@ def test_a_run_reads_windows_as_long_as_its_config_says(tmp_path: Path) -> None:
     assert window_length(tmp_path) == 512
 
 
-@pytest.mark.parametrize("length", ["64", "1024"])
-def test_a_window_length_outside_128_to_512_is_refused(
-    length: str, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-length", "64"], "--max-length must be between 128 and 512"),
+        (["--max-length", "1024"], "--max-length must be between 128 and 512"),
+        (["--shuffle-schemas", "-0.1"], "--shuffle-schemas is a probability: between 0 and 1"),
+        (["--shuffle-schemas", "1.5"], "--shuffle-schemas is a probability: between 0 and 1"),
+    ],
+)
+def test_a_setting_out_of_its_range_is_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from model_export.train_sketch import main
 
     with pytest.raises(SystemExit):
-        main(["--max-length", length])
-    assert "--max-length must be between 128 and 512" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("fraction", ["-0.1", "1.5"])
-def test_a_shuffle_probability_outside_0_to_1_is_refused(
-    fraction: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from model_export.train_sketch import main
-
-    with pytest.raises(SystemExit):
-        main(["--shuffle-schemas", fraction])
-    assert "--shuffle-schemas is a probability" in capsys.readouterr().err
+        main(argv)
+    assert message in capsys.readouterr().err
 
 
 def test_training_examples_show_the_values_their_question_names() -> None:
