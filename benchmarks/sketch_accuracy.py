@@ -1,7 +1,7 @@
 """The sketch stage, measured on Spider dev: accuracy as in ZeroNL2SQL's Table 4, and latency.
 
     python -m benchmarks.sketch_accuracy [--limit N] [--latency-questions 200] [--skip-accuracy]
-        [--skip-latency] [--sketch-workdir build/<a train_sketch run> ...]
+        [--skip-latency] [--sketch-workdir build/<a train_sketch run> ...] [--ensemble]
 
 1. Accuracy (`model_export.evaluate_sketch`): all 1034 dev questions (schemas from tables.json;
    a gold query the sketch cannot represent counts as a miss), exact-set match of SELECT, FROM and
@@ -22,7 +22,10 @@
    `build/onnx/` holds them (made by `python -m model_export.export_sketch`; on a fresh
    checkout, after `python -m model_export.restore_weights`). With `--sketch-workdir`, also for
    the sketch weights a `train_sketch` run left there (PyTorch, fp32) beside the shipped aligner:
-   a trained model measured as the shipped one is, before it is exported.
+   a trained model measured as the shipped one is, before it is exported. With `--ensemble`
+   too, for the shipped sketch model's logits averaged with those of every `--sketch-workdir`
+   (`MeanSketcher`): whether a mean of several models, which would cost one sketch model run
+   each, would be more accurate than one.
 2. Latency of one question (sketch model + aligner + decoding, `Sketcher.sketch`, given the
    values the question names as above): the first `--latency-questions` dev questions, each run
    once with the shipped models (and the narrower pool and every pair read, above), ONNX fp32,
@@ -48,7 +51,10 @@ from typing import Any
 import numpy as np
 
 from model_export.evaluate_sketch import PARTS, SCHEMA_ONLY, Question, accuracy, dev_questions
+from proxy.nl2sql.schema import Schema
+from proxy.nl2sql.sketch import SketchScores
 from proxy.nl2sql.sketcher import SKETCH_MODEL, Sketcher, load_sketcher
+from proxy.nl2sql.value_evidence import NamedValues
 from proxy.runtime import read_manifest, resolve_models_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,6 +142,35 @@ def trained_sketchers(workdirs: Sequence[Path], shipped: Sketcher) -> dict[str, 
     return result
 
 
+class MeanSketcher(Sketcher):
+    """`--ensemble`: a sketcher whose sketch model logits are the mean of its members' (each
+    reading the question with its own window length and values, as it was trained), decoded and
+    ranked with the first member's aligner and settings."""
+
+    def __init__(self, members: Sequence[Sketcher]) -> None:
+        if not members:
+            raise ValueError("an ensemble needs at least one sketcher")
+        first = members[0]
+        super().__init__(
+            first._session,
+            first.aligner,
+            first._encoder,
+            first.settings,
+            reads_values=first.reads_values,
+        )
+        self.members = tuple(members)
+
+    def scores(
+        self, question: str, schema: Schema, values: NamedValues | None = None
+    ) -> SketchScores:
+        each = [member.scores(question, schema, values) for member in self.members]
+        return SketchScores(
+            column_logits=np.mean([s.column_logits for s in each], axis=0, dtype=np.float32),
+            table_logits=np.mean([s.table_logits for s in each], axis=0, dtype=np.float32),
+            question_logits=np.mean([s.question_logits for s in each], axis=0, dtype=np.float32),
+        )
+
+
 def accuracy_table(figures: dict[str, Any], title: str) -> str:
     lines = [
         f"### {title}: exact-set match on Spider dev, % ({figures['questions']} questions, "
@@ -216,7 +251,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also measure the accuracy of the sketch weights trained in this workdir "
         "(train_sketch; PyTorch, fp32) beside the shipped aligner; may be given more than once",
     )
+    parser.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="also measure the shipped sketch model's logits averaged with those of every "
+        "--sketch-workdir (one sketch model run each)",
+    )
     args = parser.parse_args(argv)
+    if args.ensemble and not args.sketch_workdir:
+        parser.error("--ensemble averages the shipped model with --sketch-workdir runs: give one")
 
     questions = dev_questions(limit=args.limit)
     shipped = load_sketcher()
@@ -250,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = ["## Sketch accuracy and latency (benchmarks.sketch_accuracy)", ""]
     if not args.skip_accuracy:
         trained = trained_sketchers(args.sketch_workdir, shipped)
+        if args.ensemble and trained:
+            name = f"mean of the shipped sketch model and {len(trained)} trained, shipped aligner"
+            trained[name] = MeanSketcher([shipped, *trained.values()])
         for name, sketcher in {**variants, **trained}.items():
             say(f"accuracy, {name}, {len(questions)} questions")
             report += [accuracy_table(accuracy(sketcher, questions), name), ""]

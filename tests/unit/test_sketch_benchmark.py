@@ -1,14 +1,16 @@
 """`benchmarks.sketch_accuracy --sketch-workdir`: trained sketch weights measured beside the shipped
-aligner, read as their run's config.json says, before they are exported."""
+aligner, read as their run's config.json says, before they are exported; `--ensemble`: the
+shipped model's logits averaged with theirs."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from benchmarks.sketch_accuracy import trained_sketchers
+from benchmarks.sketch_accuracy import MeanSketcher, trained_sketchers
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
 from proxy.nl2sql.sketch import STAR
 from proxy.nl2sql.sketcher import load_sketcher
@@ -55,3 +57,33 @@ def test_trained_weights_are_measured_beside_the_shipped_aligner(
     for sketch in sketches:
         assert sketch.tables and sketch.tables <= {0, 1}
         assert all(item.column == STAR or 0 <= item.column < 6 for item in sketch.select)
+
+
+def test_an_ensemble_decodes_the_mean_of_its_members_logits(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from model_export.sketch_model import SketchModel, load_encoder
+
+    torch.manual_seed(0)
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    torch.save(SketchModel(load_encoder()).state_dict(), workdir / "model.pt")
+    shipped = load_sketcher()
+    (other,) = trained_sketchers([workdir], shipped).values()
+    question = "How many singers are older than 30?"
+    mine, theirs = shipped.scores(question, SCHEMA), other.scores(question, SCHEMA)
+    assert not np.allclose(mine.table_logits, theirs.table_logits)  # two different models
+
+    mean = MeanSketcher([shipped, other])
+    scores = mean.scores(question, SCHEMA)
+    assert np.allclose(scores.column_logits, (mine.column_logits + theirs.column_logits) / 2)
+    assert np.allclose(scores.table_logits, (mine.table_logits + theirs.table_logits) / 2)
+    assert np.allclose(scores.question_logits, (mine.question_logits + theirs.question_logits) / 2)
+    assert mean.aligner is shipped.aligner and mean.settings == shipped.settings
+    for sketch in mean.sketch(question, SCHEMA):
+        assert sketch.tables and sketch.tables <= {0, 1}
+    # one member alone is that member
+    alone = MeanSketcher([shipped])
+    assert alone.sketch(question, SCHEMA) == shipped.sketch(question, SCHEMA)
+    with pytest.raises(ValueError, match="at least one"):
+        MeanSketcher([])
