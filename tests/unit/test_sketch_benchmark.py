@@ -30,9 +30,9 @@ SCHEMA = Schema(
 )
 
 
-def test_trained_weights_are_measured_beside_the_shipped_aligner(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def sketch_run(tmp_path: Path, config: dict[str, str] | None = None) -> Path:
+    """A train_sketch workdir holding a new sketch model's weights (MiniLM, heads seeded 0) and,
+    where given, its config.json; skips where the export extra (torch) is not installed."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from model_export.sketch_model import SketchModel, load_encoder
@@ -41,9 +41,15 @@ def test_trained_weights_are_measured_beside_the_shipped_aligner(
     workdir = tmp_path / "run"
     workdir.mkdir()
     torch.save(SketchModel(load_encoder()).state_dict(), workdir / "model.pt")
-    (workdir / "config.json").write_text(
-        json.dumps({"values": "True", "max_length": "384"}), encoding="utf-8"
-    )
+    if config is not None:
+        (workdir / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return workdir
+
+
+def test_trained_weights_are_measured_beside_the_shipped_aligner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workdir = sketch_run(tmp_path, {"values": "True", "max_length": "384"})
     shipped = load_sketcher()
     measured = trained_sketchers([workdir, tmp_path / "untrained"], shipped)
     assert list(measured) == [f"PyTorch fp32 {workdir}, shipped aligner"]
@@ -60,16 +66,8 @@ def test_trained_weights_are_measured_beside_the_shipped_aligner(
 
 
 def test_an_ensemble_decodes_the_mean_of_its_members_logits(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from model_export.sketch_model import SketchModel, load_encoder
-
-    torch.manual_seed(0)
-    workdir = tmp_path / "run"
-    workdir.mkdir()
-    torch.save(SketchModel(load_encoder()).state_dict(), workdir / "model.pt")
     shipped = load_sketcher()
-    (other,) = trained_sketchers([workdir], shipped).values()
+    (other,) = trained_sketchers([sketch_run(tmp_path)], shipped).values()
     question = "How many singers are older than 30?"
     mine, theirs = shipped.scores(question, SCHEMA), other.scores(question, SCHEMA)
     assert not np.allclose(mine.table_logits, theirs.table_logits)  # two different models
