@@ -90,6 +90,20 @@ class UpstreamDatabase:
         return result
 
 
+def start_llm(settings: Settings) -> BlockingLLM | None:
+    """The LLM `[llm]` asks for, started; None for provider none, and when the LLM cannot be
+    started (logged with what to do: questions are then answered by the sketch models alone)."""
+    from proxy.llm_model import ModelInstallError
+    from proxy.llm_server import EmbeddedLLMError
+    from proxy.nl2sql.llm import BlockingLLM
+
+    try:
+        return BlockingLLM.start(settings.llm)
+    except (EmbeddedLLMError, ModelInstallError) as exc:
+        log.warning("no LLM: questions are answered by the sketch models alone: %s", exc)
+        return None
+
+
 class Answerer:
     """See the module docstring."""
 
@@ -125,11 +139,10 @@ class Answerer:
     def _load(self) -> Pipeline:
         with self._lock:
             if self._pipeline is None:
-                from proxy.nl2sql.llm import BlockingLLM
                 from proxy.nl2sql.pipeline import load_pipeline
 
                 if self._llm is None:
-                    self._llm = BlockingLLM.start(self.settings.llm)
+                    self._llm = start_llm(self.settings)
                 self._pipeline = load_pipeline(self.settings, self._llm)
                 log.info("pipeline loaded")
             return self._pipeline

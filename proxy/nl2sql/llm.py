@@ -28,6 +28,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
@@ -37,6 +38,9 @@ from pglast.parser import ParseError, scan
 
 from proxy.config import ConfigError, LLMSettings
 from proxy.nl2sql.prompts import Message
+
+if TYPE_CHECKING:
+    from proxy.llm_server import EmbeddedLLM
 
 log = logging.getLogger(__name__)
 
@@ -431,6 +435,7 @@ class LLMCompleter:
         *,
         environ: Mapping[str, str] | None = None,
         backoff_s: float = BACKOFF_S,
+        concurrency: int = 0,
     ) -> None:
         if not settings.base_url:
             raise ConfigError("[llm] base_url is empty: set it to use an LLM")
@@ -445,6 +450,7 @@ class LLMCompleter:
             raise ConfigError("[llm] max_retries must be 0 or more")
         self.settings = settings
         self.backoff_s = backoff_s
+        self._slots = asyncio.Semaphore(concurrency) if concurrency > 0 else None
         self._client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             api_key=api_key_from_environment(environ) or PLACEHOLDER_KEY,
@@ -490,6 +496,25 @@ class LLMCompleter:
         settings = self.settings
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settings.deadline_s
+        if self._slots is None:
+            return await self._answer(messages, deadline)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise LLMUnavailable(
+                f"the LLM ({settings.model}) was busy with other questions for all of [llm] "
+                f"deadline_s = {settings.deadline_s:g} s: raise deadline_s, or serve the model "
+                "where it answers several at once (provider openai)"
+            ) from None
+        try:
+            return await self._answer(messages, deadline)
+        finally:
+            self._slots.release()
+
+    async def _answer(self, messages: Sequence[Message], deadline: float) -> tuple[str, bool]:
+        settings = self.settings
+        loop = asyncio.get_running_loop()
         payload = [_openai_message(m) for m in messages]
         failures: list[str] = []
         attempt = 0
@@ -560,37 +585,61 @@ class BlockingLLM:
     """An `LLMCompleter` called from worker threads: each call runs on the event loop that owns
     the completer and blocks the calling thread until it returns (never call it on that loop).
 
-    The proxy shares its own loop (`BlockingLLM(completer, loop)`); `BlockingLLM.start(settings)`
-    starts a loop of its own in a daemon thread, for `pgnl ask` and the benchmarks. The wait is
-    bounded by the completer's deadline, so a stalled LLM cannot hold a thread for longer.
+    `BlockingLLM.start(settings)` starts the LLM `[llm]` asks for (`[llm] provider`: the embedded
+    model's server, `proxy.llm_server.EmbeddedLLM`, which answers one request at a time, so this
+    process queues its requests; or a remote endpoint) with a loop of its own in a daemon thread;
+    `close()` stops both. The wait is bounded by the completer's deadline, so a stalled LLM
+    cannot hold a thread for longer.
     """
 
     def __init__(self, completer: LLMCompleter, loop: asyncio.AbstractEventLoop) -> None:
         self.completer = completer
         self.loop = loop
         self._thread: threading.Thread | None = None
+        self.embedded: EmbeddedLLM | None = None
 
     @classmethod
     def start(
         cls, settings: LLMSettings, environ: Mapping[str, str] | None = None
     ) -> BlockingLLM | None:
-        """A completer for `[llm]` on a loop thread of its own; None when no LLM is configured."""
-        if not settings.base_url:
+        """The LLM of `[llm]` on a loop thread of its own; None when provider resolves to none.
+
+        Raises ConfigError for provider openai without base_url, and EmbeddedLLMError or
+        ModelInstallError when the embedded model cannot start (the messages say what to do).
+        """
+        from proxy.llm_server import EmbeddedLLM, resolve_provider
+
+        provider = resolve_provider(settings)
+        if provider == "none":
             return None
+        embedded: EmbeddedLLM | None = None
+        concurrency = 0
+        if provider == "embedded":
+            embedded = EmbeddedLLM(settings)
+            settings = embedded.start()
+            concurrency = 1
+        elif not settings.base_url:
+            raise ConfigError(
+                "[llm] provider is openai but base_url is empty: set base_url to the endpoint "
+                "(it usually ends in /v1), or set provider to embedded or none"
+            )
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="pgnl-llm", daemon=True)
         thread.start()
 
         async def make() -> LLMCompleter:
-            return LLMCompleter(settings, environ=environ)
+            return LLMCompleter(settings, environ=environ, concurrency=concurrency)
 
         try:
             completer = asyncio.run_coroutine_threadsafe(make(), loop).result()
         except BaseException:
             loop.call_soon_threadsafe(loop.stop)
+            if embedded is not None:
+                embedded.stop()
             raise
         bridge = cls(completer, loop)
         bridge._thread = thread
+        bridge.embedded = embedded
         return bridge
 
     @property
@@ -611,3 +660,6 @@ class BlockingLLM:
         self._thread.join(10)
         self._thread = None
         self.loop.close()
+        if self.embedded is not None:
+            self.embedded.stop()
+            self.embedded = None

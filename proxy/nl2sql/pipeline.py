@@ -73,12 +73,13 @@ from proxy.nl2sql.complete_plm import (
 )
 from proxy.nl2sql.database import Database
 from proxy.nl2sql.joins import references_to
-from proxy.nl2sql.llm import LLMError
+from proxy.nl2sql.llm import LLMAnswerError, LLMError
 from proxy.nl2sql.prompts import (
     Message,
     calibration_feedback,
     error_feedback,
     sketch_completion,
+    unguided_completion,
 )
 from proxy.nl2sql.schema import Schema, catalog_fingerprint, introspect
 from proxy.nl2sql.sketch import STAR, Predicate, Sketch, Slots, tables_named_in
@@ -208,6 +209,11 @@ class _Candidate:
     conversation: list[Message] = field(default_factory=list)
     unfilled: bool = False  # PLM-only completion found no value for a WHERE predicate
     unvalued: int | None = None  # the column of that predicate, where the completion named it
+    unguided: bool = False  # the LLM's own query, written without the sketch
+
+
+UNGUIDED = 0
+"""The candidate number, in the trace, of the LLM's own query (written without a sketch)."""
 
 
 def _tables_named_by(sketch: Sketch, schema: Schema) -> frozenset[int]:
@@ -417,6 +423,7 @@ class _Run:
         self._holds: dict[tuple[int, str], bool] = {}  # (column, quoted string) -> held there
         self._typed = question_literals(question)
         self._last_error = ""
+        self._llm_completions = 0  # sketches the LLM completed for this question
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -435,7 +442,11 @@ class _Run:
                 TraceRow(
                     stage=name,
                     candidate=candidate.number if candidate else None,
-                    score=round(candidate.sketch.score, 4) if candidate else None,
+                    score=(
+                        round(candidate.sketch.score, 4)
+                        if candidate and not candidate.unguided
+                        else None
+                    ),
                     calibration=step.note,
                     outcome=step.outcome,
                     ms=round(ms, 3),
@@ -510,8 +521,7 @@ class _Run:
         partial: _Candidate | None = None
         tried: set[str] = set()
         unfilled: list[_Candidate] = []
-        for number, sketch in enumerate(sketches[: self.settings.max_candidates], start=1):
-            candidate = _Candidate(number, sketch)
+        for candidate in self._candidates(sketches):
             if not self._complete(candidate) or candidate.sql in tried:
                 if candidate.unfilled:
                     unfilled.append(candidate)
@@ -584,6 +594,24 @@ class _Run:
             detail=f"last SQL tried: {last}" if last else "",
         )
 
+    def _candidates(self, sketches: Sequence[Sketch]) -> Iterator[_Candidate]:
+        """The ranked sketches ([pipeline] max_candidates), with the LLM's own query ([llm]
+        unguided) after the sketches the LLM completes ([llm] max_completions), while it
+        answers."""
+        settings = self.pipeline.settings.llm
+        unguided_due = settings.unguided
+        for number, sketch in enumerate(sketches[: self.settings.max_candidates], start=1):
+            if (
+                unguided_due
+                and self.llm is not None
+                and self._llm_completions >= settings.max_completions
+            ):
+                unguided_due = False
+                yield _Candidate(UNGUIDED, sketches[0], unguided=True)
+            yield _Candidate(number, sketch)
+        if unguided_due and self.llm is not None and sketches:
+            yield _Candidate(UNGUIDED, sketches[0], unguided=True)
+
     def _relaxed(self, candidate: _Candidate) -> Iterator[tuple[_Candidate, str]]:
         """The unfilled candidate completed without the WHERE conditions it found no value for,
         each with the conditions left out: first without only those its completion named, one
@@ -638,25 +666,54 @@ class _Run:
     # ------------------------------------------------------------ completion
 
     def _complete(self, candidate: _Candidate) -> bool:
-        if self.llm is not None:
-            with self.stage("complete", candidate) as step:
-                messages = sketch_completion(
-                    self.question, self._schema, candidate.sketch, self._samples_for(candidate)
+        if candidate.unguided:
+            return self._complete_unguided(candidate)
+        if (
+            self.llm is not None
+            and self._llm_completions < self.pipeline.settings.llm.max_completions
+        ):
+            self._llm_completions += 1
+            messages = sketch_completion(
+                self.question, self._schema, candidate.sketch, self._samples_for(candidate)
+            )
+            if self._ask_llm(candidate, messages, "LLM"):
+                return True
+        return self._complete_plm(candidate)
+
+    def _complete_unguided(self, candidate: _Candidate) -> bool:
+        """The LLM's own query for the question: the schema, the values the question names, no
+        sketch."""
+        if self.llm is None:
+            return False
+        samples = {c: self._samples[c] for c in sorted(self._samples) if self._samples[c]}
+        messages = unguided_completion(self.question, self._schema, samples)
+        return self._ask_llm(candidate, messages, "LLM, without the sketch")
+
+    def _ask_llm(self, candidate: _Candidate, messages: list[Message], outcome: str) -> bool:
+        """The candidate's SQL from the LLM. An answer with no usable query fails this candidate
+        only; an LLM that does not answer (down, busy past its deadline) is not asked again for
+        this question, with a NOTICE."""
+        assert self.llm is not None
+        with self.stage("complete", candidate) as step:
+            try:
+                candidate.sql = self.llm.complete(messages)
+            except LLMAnswerError as exc:
+                step.outcome = f"LLM answer refused: {_one_line(str(exc))}"
+                return False
+            except LLMError as exc:
+                step.outcome = f"LLM failed: {_one_line(str(exc))}"
+                self.notice(
+                    f"pgnl: the LLM ({self.llm.model}) failed, so this answer comes from "
+                    f"the small models alone: {_one_line(str(exc))}"
                 )
-                try:
-                    candidate.sql = self.llm.complete(messages)
-                except LLMError as exc:
-                    step.outcome = f"LLM failed: {_one_line(str(exc))}"
-                    self.notice(
-                        f"pgnl: the LLM ({self.llm.model}) failed, so this answer comes from "
-                        f"the small models alone: {_one_line(str(exc))}"
-                    )
-                    self.llm = None
-                else:
-                    candidate.conversation = messages
-                    step.outcome = "LLM"
-                    self.result.candidates.append(candidate.sql)
-                    return True
+                self.llm = None
+                return False
+            candidate.conversation = messages
+            step.outcome = outcome
+            self.result.candidates.append(candidate.sql)
+            return True
+
+    def _complete_plm(self, candidate: _Candidate) -> bool:
         candidate.sketch = self._with_named_values(candidate.sketch)
         literals = self._ground(candidate)
         with self.stage("complete", candidate) as step:
@@ -1172,7 +1229,13 @@ class _Run:
         if not found:
             return
         calibrated = self._without_left_joins(result.sql, found) if result.changed else None
-        if self.llm is not None and candidate.conversation:
+        # The LLM rewrites the query only where calibration could not (a value found in another
+        # table, which the query must join); each rewrite costs an LLM call.
+        if (
+            self.llm is not None
+            and candidate.conversation
+            and (calibrated is None or any(not c.applied for c in found))
+        ):
             with self.stage("complete", candidate) as step:
                 messages = calibration_feedback(candidate.conversation, candidate.sql, found)
                 try:
