@@ -58,6 +58,16 @@ MAX_PARSES = 2000
 """Parse attempts `extract_sql` may make on one answer."""
 
 
+@dataclass(frozen=True)
+class Completion:
+    """The LLM's query, and the tokens its request cost (prompt and completion, as the server
+    counted them; 0 where it did not say)."""
+
+    sql: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
 class LLMError(Exception):
     """The LLM gave no usable SQL; the pipeline answers without it."""
 
@@ -481,18 +491,24 @@ class LLMCompleter:
         await self.aclose()
 
     async def complete(self, messages: Sequence[Message]) -> str:
+        """The read-only query of `completion(messages)`."""
+        return (await self.completion(messages)).sql
+
+    async def completion(self, messages: Sequence[Message]) -> Completion:
         """The read-only query the LLM answers `messages` with (see `extract_sql`).
 
         Raises LLMUnavailable when no answer came within [llm] deadline_s (after up to
         max_retries retries of timeouts, connection errors, HTTP 429 and 5xx) or the server
         refused the request; LLMAnswerError when the answer holds no read-only query.
         """
-        text, truncated = await self.answer(messages)
-        return extract_sql(text, truncated=truncated)
+        text, truncated, usage = await self.answer(messages)
+        return Completion(extract_sql(text, truncated=truncated), *usage)
 
-    async def answer(self, messages: Sequence[Message]) -> tuple[str, bool]:
-        """The LLM's raw text for `messages`, and whether it was cut at max_tokens; retried and
-        bounded by the deadline as `complete` says."""
+    async def answer(self, messages: Sequence[Message]) -> tuple[str, bool, tuple[int, int]]:
+        """The LLM's raw text for `messages`, whether it was cut at max_tokens, and the prompt
+        and completion tokens the server counted (0 where it does not say); retried and bounded
+        by the deadline as `complete` says. With `concurrency`, at most that many requests are
+        in flight from this completer, and the wait for one counts against the deadline."""
         settings = self.settings
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settings.deadline_s
@@ -512,7 +528,9 @@ class LLMCompleter:
         finally:
             self._slots.release()
 
-    async def _answer(self, messages: Sequence[Message], deadline: float) -> tuple[str, bool]:
+    async def _answer(
+        self, messages: Sequence[Message], deadline: float
+    ) -> tuple[str, bool, tuple[int, int]]:
         settings = self.settings
         loop = asyncio.get_running_loop()
         payload = [_openai_message(m) for m in messages]
@@ -567,8 +585,8 @@ class LLMCompleter:
             await asyncio.sleep(wait)
 
 
-def _answer_text(completion: ChatCompletion) -> tuple[str, bool]:
-    """The text of the first choice, and whether it was cut at max_tokens."""
+def _answer_text(completion: ChatCompletion) -> tuple[str, bool, tuple[int, int]]:
+    """The text of the first choice, whether it was cut at max_tokens, and the tokens used."""
     if not completion.choices:
         raise LLMAnswerError("the LLM answered with no choices")
     choice = completion.choices[0]
@@ -578,7 +596,9 @@ def _answer_text(completion: ChatCompletion) -> tuple[str, bool]:
         raise LLMAnswerError(
             f"the LLM refused to answer: {refusal}" if refusal else "the LLM answered with no text"
         )
-    return text, choice.finish_reason == "length"
+    usage = completion.usage
+    tokens = (usage.prompt_tokens, usage.completion_tokens) if usage is not None else (0, 0)
+    return text, choice.finish_reason == "length", tokens
 
 
 class BlockingLLM:
@@ -646,9 +666,9 @@ class BlockingLLM:
     def model(self) -> str:
         return self.completer.settings.model
 
-    def complete(self, messages: Sequence[Message]) -> str:
-        """`LLMCompleter.complete`, from a thread that is not the loop's."""
-        future = asyncio.run_coroutine_threadsafe(self.completer.complete(messages), self.loop)
+    def complete(self, messages: Sequence[Message]) -> Completion:
+        """`LLMCompleter.completion`, from a thread that is not the loop's."""
+        future = asyncio.run_coroutine_threadsafe(self.completer.completion(messages), self.loop)
         return future.result(self.completer.settings.deadline_s + 5)
 
     def close(self) -> None:

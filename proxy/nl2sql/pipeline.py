@@ -73,7 +73,7 @@ from proxy.nl2sql.complete_plm import (
 )
 from proxy.nl2sql.database import Database
 from proxy.nl2sql.joins import references_to
-from proxy.nl2sql.llm import LLMAnswerError, LLMError
+from proxy.nl2sql.llm import Completion, LLMAnswerError, LLMError
 from proxy.nl2sql.prompts import (
     Message,
     calibration_feedback,
@@ -122,13 +122,14 @@ _SCHEMA_CACHE = 64
 
 
 class LLM(Protocol):
-    """What the pipeline asks of an LLM: one read-only query for the messages (blocking);
-    raises `LLMError` (`proxy.nl2sql.llm.BlockingLLM` is the one over `LLMCompleter`)."""
+    """What the pipeline asks of an LLM: one read-only query for the messages, with the tokens it
+    cost (blocking); raises `LLMError` (`proxy.nl2sql.llm.BlockingLLM` is the one over
+    `LLMCompleter`)."""
 
     @property
     def model(self) -> str: ...
 
-    def complete(self, messages: Sequence[Message]) -> str: ...
+    def complete(self, messages: Sequence[Message]) -> Completion: ...
 
 
 class QueryFailed(Exception):
@@ -696,7 +697,7 @@ class _Run:
         assert self.llm is not None
         with self.stage("complete", candidate) as step:
             try:
-                candidate.sql = self.llm.complete(messages)
+                candidate.sql = self._llm_sql(messages, step)
             except LLMAnswerError as exc:
                 step.outcome = f"LLM answer refused: {_one_line(str(exc))}"
                 return False
@@ -712,6 +713,17 @@ class _Run:
             step.outcome = outcome
             self.result.candidates.append(candidate.sql)
             return True
+
+    def _llm_sql(self, messages: list[Message], step: _Step) -> str:
+        """The LLM's query for `messages`; the tokens it cost go in the step's note."""
+        assert self.llm is not None
+        completion = self.llm.complete(messages)
+        if completion.prompt_tokens or completion.completion_tokens:
+            step.note = (
+                f"{completion.prompt_tokens} prompt + {completion.completion_tokens} "
+                "completion tokens"
+            )
+        return completion.sql
 
     def _complete_plm(self, candidate: _Candidate) -> bool:
         candidate.sketch = self._with_named_values(candidate.sketch)
@@ -1191,7 +1203,7 @@ class _Run:
             with self.stage("complete", candidate) as step:
                 messages = error_feedback(candidate.conversation, candidate.sql, error.message)
                 try:
-                    candidate.sql = self.llm.complete(messages)
+                    candidate.sql = self._llm_sql(messages, step)
                 except LLMError as exc:
                     step.outcome = f"LLM failed: {_one_line(str(exc))}"
                     return False
@@ -1239,7 +1251,7 @@ class _Run:
             with self.stage("complete", candidate) as step:
                 messages = calibration_feedback(candidate.conversation, candidate.sql, found)
                 try:
-                    rewritten = self.llm.complete(messages)
+                    rewritten = self._llm_sql(messages, step)
                 except LLMError as exc:
                     step.outcome = f"LLM failed: {_one_line(str(exc))}"
                 else:
