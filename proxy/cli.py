@@ -14,6 +14,7 @@ from typing import Any
 
 from proxy import config
 from proxy.embedded import EmbeddedError, EmbeddedPostgres
+from proxy.llm_server import describe_provider
 from proxy.server import Proxy, Upstream, tls_context
 
 log = logging.getLogger("pgnl")
@@ -78,6 +79,7 @@ async def _serve_until_stopped(
 
 
 def cmd_serve(settings: config.Settings) -> int:
+    log.info("%s", describe_provider(settings.llm))  # a bad [llm] provider fails here
     embedded: EmbeddedPostgres | None = None
     if settings.proxy.upstream:
         upstream = Upstream.from_dsn(settings.proxy.upstream)
@@ -139,6 +141,7 @@ def index_sample(embedded: EmbeddedPostgres, database: str, settings: config.Set
 
 
 def cmd_demo(settings: config.Settings) -> int:
+    describe_provider(settings.llm)  # a bad [llm] provider fails before anything starts
     embedded = EmbeddedPostgres(settings.embedded)
     embedded.start()
     try:
@@ -153,6 +156,7 @@ def cmd_demo(settings: config.Settings) -> int:
             print(f"Connect with psql '{dsn}' and paste a question:", flush=True)
             for question in DEMO_QUESTIONS:
                 print(f"  {question}", flush=True)
+            print(describe_provider(settings.llm), flush=True)
 
         _run(lambda: _serve_until_stopped(settings, upstream, announce, preload=True))
     finally:
@@ -304,6 +308,12 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="embedded PostgreSQL + sample database + proxy, until Ctrl-C"
     )
     demo.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:6432)")
+    for command in (serve, demo):
+        command.add_argument(
+            "--no-llm",
+            action="store_true",
+            help="answer with the sketch models alone ([llm] provider = none)",
+        )
 
     commands.add_parser("config", help="print every setting with its documentation and default")
 
@@ -329,6 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     shown = ask.add_mutually_exclusive_group()
     shown.add_argument("--show", action="store_true", help="print the chosen SQL only")
     shown.add_argument("--explain", action="store_true", help="print the trace")
+    ask.add_argument(
+        "--no-llm", action="store_true", help="the sketch models alone ([llm] provider = none)"
+    )
     ask.add_argument("question", help="the question, in quotes")
     return parser
 
@@ -343,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides: dict[str, dict[str, object]] = {"proxy": proxy_flags}
     if args.log_level:
         overrides["log"] = {"level": args.log_level}
+    if getattr(args, "no_llm", False):
+        overrides["llm"] = {"provider": "none"}
     try:
         settings = config.load(args.config, overrides=overrides)
     except config.ConfigError as exc:

@@ -91,6 +91,22 @@ def resolve_provider(settings: LLMSettings) -> str:
     return "embedded" if embedded_available(settings) else "none"
 
 
+def describe_provider(settings: LLMSettings) -> str:
+    """One line for a ready message: which LLM answers, or how to get one."""
+    provider = resolve_provider(settings)
+    if provider == "openai":
+        return f"LLM: {settings.model or '(no model named)'} at {settings.base_url}"
+    if provider == "embedded":
+        name = settings.model_path or settings.embedded_model
+        return f"LLM: {name}, embedded (llama.cpp on this machine's CPU)"
+    if settings.provider.strip().lower() == "none":
+        return "LLM: none ([llm] provider = none): the sketch models alone"
+    return (
+        "LLM: none installed, so the sketch models alone answer; for the embedded one: "
+        + BUILD_HINT
+    )
+
+
 def model_file(settings: LLMSettings) -> Path:
     """The GGUF file the embedded provider runs: model_path, or the packaged model, joined now
     when it is not yet (with a progress line)."""

@@ -651,6 +651,7 @@ def llm_proxy(postgres: Postgres, llm_server: ScriptedLLM) -> Iterator[RunningPr
     running = start_proxy(
         postgres.port,
         env={
+            "PGNL_LLM_PROVIDER": "openai",
             "PGNL_LLM_BASE_URL": llm_server.base_url,
             "PGNL_LLM_MODEL": "scripted",
             "PGNL_LLM_TIMEOUT_S": "1",

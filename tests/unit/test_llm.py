@@ -280,7 +280,7 @@ def test_llm_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.M
     )
     assert settings.llm.base_url == "http://h/v1"
     assert settings.llm.deadline_s == 3.5
-    assert settings.llm.timeout_s == 20.0
+    assert settings.llm.timeout_s == LLMSettings().timeout_s  # the default, untouched
 
 
 def test_no_base_url_means_no_llm() -> None:
