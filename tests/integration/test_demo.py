@@ -19,6 +19,7 @@ import pytest
 from proxy.cli import DEMO_QUESTIONS
 from proxy.config import load
 from proxy.embedded import EmbeddedError, EmbeddedPostgres
+from proxy.llm_server import embedded_available
 from tests.fix_pg import free_port
 
 
@@ -32,6 +33,8 @@ def demo_env() -> Iterator[dict[str, str]]:
         "PGNL_EMBEDDED_PORT": str(free_port()),
         "PGNL_EMBEDDED_INSTANCE": f"pgnl-demo-test-{os.getpid()}",
         "PGNL_PROXY_LISTEN": f"127.0.0.1:{free_port()}",
+        # As a user's demo: the embedded LLM where pgnl[llm] is installed, else none.
+        "PGNL_LLM_PROVIDER": "auto",
     }
     # The same server `pgnl demo` will start, to clean up after it; `pg0 drop` runs as the
     # account that runs PostgreSQL, which must own the data directory's parent.
@@ -94,9 +97,12 @@ def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, s
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "Calculus I"
         assert process.stdout is not None
-        printed = [process.stdout.readline().strip() for _ in range(1 + len(DEMO_QUESTIONS))]
+        printed = [process.stdout.readline().strip() for _ in range(2 + len(DEMO_QUESTIONS))]
         assert printed[0] == f"Connect with psql '{dsn}' and paste a question:"
-        assert printed[1:] == list(DEMO_QUESTIONS)
+        assert printed[1:-1] == list(DEMO_QUESTIONS)
+        with_llm = embedded_available(load(environ=demo_env).llm)
+        expected = "LLM: qwen2.5-coder-1.5b, embedded" if with_llm else "LLM: none installed"
+        assert printed[-1].startswith(expected), printed[-1]
         answers = paste_into_psql(dsn, DEMO_QUESTIONS)
         assert answers[0] == direct(
             dsn, "SELECT count(*) FROM students WHERE home_city = 'New York'"
@@ -106,6 +112,8 @@ def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, s
             dsn, "SELECT name FROM departments ORDER BY budget DESC LIMIT 1"
         )
         assert {row[0] for row in answers[2]} >= {"schema", "sketch", "complete", "check"}
+        completed_by = {row[4] for row in answers[2] if row[0] == "complete"}
+        assert any(o.startswith("LLM") for o in completed_by) == with_llm, completed_by
         process.send_signal(signal.SIGINT)
         assert process.wait(30) == 0
         postgres_port = int(demo_env["PGNL_EMBEDDED_PORT"])
