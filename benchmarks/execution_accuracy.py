@@ -1,7 +1,9 @@
 """Execution accuracy on Spider dev, asked through a real `pgnl serve` as a client would ask it.
 
-    python -m benchmarks.execution_accuracy [--dsn ADMIN_DSN] [--limit N] [--db DB_ID ...]
-        [--timeout 30] [--show N] [--details results.jsonl] [--no-attribution] [--no-warmup]
+    python -m benchmarks.execution_accuracy [--dsn ADMIN_DSN] [--db DB_ID ...]
+        [--limit N | --sample N [--seed S]] [--llm MODEL ...] [--modes plm,alone,full,url]
+        [--checkpoint FILE] [--timeout 30] [--llm-timeout 180] [--show N]
+        [--details results.jsonl] [--no-attribution] [--no-warmup] [--no-query-log]
 
 1. Set-up. PostgreSQL: a throwaway embedded server (pgvector included) started for this run and
    removed at its end, or the server `--dsn` names (an admin DSN; what this run loads there stays,
@@ -9,21 +11,58 @@
    into a database of its own, `spider_<db_id>` (`benchmarks.spider_pg`; one already loaded from
    the same file is re-used), migrated (`pgnl migrate`) and given its value index
    (`build_index`, as `pgnl index` does: a column already indexed with the same values is not
-   embedded again, so an index already built costs one read of each column). Then a real
-   `pgnl serve` subprocess in front of that server, per mode: PLM-only always (the proxy gets
-   PGNL_LLM_BASE_URL="" whatever the environment or a pgnl.toml says), and LLM as well when
-   PGNL_LLM_BASE_URL is set (the proxy inherits the environment: PGNL_LLM_MODEL,
-   PGNL_LLM_API_KEY and the other [llm] settings). Each proxy first answers one warm-up question
-   per database, not measured, so that loading the models and introspecting a schema are not
-   charged to the first question (`--no-warmup` keeps them in).
-2. Each dev question (dev.json's order; `--db` and `--limit` choose a subset), for each mode, on a
-   psycopg connection to the proxy (autocommit, one per database, as the `postgres` role):
-   `-- nl: <question>` for the rows (its time, measured on the client from sending the query to
-   the last row, is the end-to-end latency), `-- nl show: <question>` for the chosen SQL, and
-   `-- nl explain: <question>` for the trace (per-stage timings, the chosen candidate). A request
-   that takes longer than `--timeout` seconds is cancelled and counts as a miss; its connection is
-   replaced, and the proxy must still be alive (it is restarted, and the restart reported, if
-   not). The gold query is transpiled to PostgreSQL (`spider_pg.to_postgres`) and run on a direct
+   embedded again, so an index already built costs one read of each column). Then, per mode, a
+   real `pgnl serve` subprocess in front of that server, with this program's environment and the
+   mode's settings on top (`mode_environment`; `--modes` chooses among the kinds, all by default):
+   - plm, "PLM-only": PGNL_LLM_PROVIDER=none and PGNL_LLM_BASE_URL="", whatever the environment
+     or a pgnl.toml says (else `auto` would pick up the embedded LLM where it is installed);
+   - url, "LLM", only when PGNL_LLM_BASE_URL is set: PGNL_LLM_PROVIDER=openai, with
+     PGNL_LLM_MODEL, PGNL_LLM_API_KEY and the other [llm] settings of the environment;
+   - for each `--llm MODEL` (a packaged model, qwen2.5-coder-0.5b or qwen2.5-coder-1.5b, given to
+     the proxy as PGNL_LLM_EMBEDDED_MODEL; or a .gguf file, as PGNL_LLM_MODEL_PATH), the embedded
+     LLM (PGNL_LLM_PROVIDER=embedded: the proxy runs llama.cpp's server as a child process) twice:
+     alone, "LLM alone MODEL": the LLM's own query only, written from the question and the schema
+     without a sketch (the pipeline's unguided candidate, number 0): PGNL_PIPELINE_MAX_CANDIDATES=0
+     (no sketch is tried, so no PLM-only candidate either), PGNL_LLM_UNGUIDED=true,
+     PGNL_PIPELINE_FEEDBACK_ROUNDS=0 and PGNL_CALIBRATION_THRESHOLD=2 (no similarity reaches 2, so
+     calibration corrects no literal and asks the LLM for no rewrite: [calibration] has no switch
+     of its own, and its look-ups still run, in the trace's calibrate stage);
+     full, "full MODEL": the whole pipeline, the LLM completing the best [llm] max_completions
+     sketches, then writing its own query, then PLM-only completion for the other sketches, with
+     the [pipeline] and [llm] settings of the environment (the defaults unless PGNL_* variables
+     say otherwise; the report's mode line gives them).
+   A mode's proxy starts when the mode has a first question to ask (never, when a checkpoint
+   holds all of them), and first answers warm-up questions, not measured: PLM-only and LLM, one
+   per database, so that loading the models and introspecting a schema are not charged to the
+   first question; an embedded mode one, on the first database (it loads the pipeline and starts
+   the LLM's server, which is then checked to be running: a proxy whose LLM did not start would
+   silently answer from the sketch models alone), since each further one costs seconds of LLM
+   time against the tens of milliseconds a database's first schema read adds to its first
+   question. `--no-warmup` keeps them all in (an embedded mode's first question then also pays
+   for starting the LLM).
+2. Each dev question (dev.json's order; `--db` and `--limit` choose a subset, or `--sample N`
+   draws N of the executable questions (of `--db`'s databases) at random with `--seed S` (0),
+   reproducibly, and asks them in dev.json's order: better for a slow LLM run than the first N,
+   since dev.json is ordered by database), for each mode, on a psycopg connection to the proxy
+   (autocommit, one per database, as the `postgres` role): `-- nl: <question>` for the rows (its
+   time, measured on the client from sending the query to the last row, is the end-to-end
+   latency), then, on the same connection, the record of that answer that the proxy wrote in
+   nl.query_log (`LOG_QUERY`, plain SQL through the proxy: the proxy writes the row before it
+   tells the client it is ready for the next query, and the postgres role reads every row): the
+   chosen SQL, the trace (the chosen candidate, the LLM's tokens) and timings_ms (per-stage
+   timings). Where the latest row is not that answer's (a database without the table), or with
+   `--no-query-log`, `-- nl show: <question>` and `-- nl explain: <question>` are asked instead:
+   two more runs of the pipeline, seconds each with an LLM (the report counts the questions read
+   each way). A request that takes longer than its mode's timeout is cancelled and counts as a
+   miss (nothing more is asked for it); its connection is replaced, and the proxy must still be
+   alive (it is restarted, and the restart reported, if not). Timeouts: `--timeout` (30 s) for
+   PLM-only and LLM; `--llm-timeout` (180 s) for the embedded modes, whose one question may hold
+   several LLM requests, each bounded by the proxy's own [llm] deadline_s (60 s): up to
+   max_completions sketch completions, the LLM's own query, a correction per feedback round, a
+   rewrite after calibration; on 2 CPU cores one request of the 1.5B model with a schema prompt
+   takes seconds to tens of seconds. (A question cancelled by the client goes on in the proxy
+   until its pipeline's next query, so an LLM request of it may still delay the next question.)
+   The gold query is transpiled to PostgreSQL (`spider_pg.to_postgres`) and run on a direct
    connection; a gold query that does not transpile or fails on PostgreSQL is listed, and that
    question is judged against the gold's rows from SQLite instead. Where both run, PostgreSQL's
    and SQLite's gold rows are compared too, and the questions where they differ are listed
@@ -31,9 +70,11 @@
 3. Comparison: the rows of `-- nl:` against the gold's as multisets, or as sequences when the
    gold query has an outer ORDER BY; columns may come in another order (as in Spider's test-suite
    evaluation); numbers compare after rounding to 6 decimals, NUMERIC as float.
-4. Difficulty: Spider's hardness of each gold query (`benchmarks.spider_hardness`).
+4. Difficulty: Spider's hardness of each gold query (`benchmarks.spider_hardness`): execution
+   accuracy per mode by easy, medium, hard and extra.
 5. Loss attribution, for each miss (the first that applies): timeout; no candidate ran (the
-   proxy's NL001) or another error, by SQLSTATE; gold query outside what a sketch can represent
+   proxy's NL001) or another error, by SQLSTATE; the chosen candidate is the LLM's own query
+   (candidate 0: no sketch to judge it by); gold query outside what a sketch can represent
    (`model_export.sketch_labels`); the chosen candidate's sketch differs from the gold sketch in
    SELECT, FROM or KEYWORDS (which parts); the sketch is right but a slot is wrong (WHERE
    columns/operators, WHERE's OR, GROUP BY, HAVING, ORDER BY, LIMIT: the first that differs);
@@ -41,15 +82,34 @@
    is empty, or other rows (literals, joins or the rest of the completion). The sketches are the
    shipped sketch model's over the database's introspected schema, computed here in-process with
    the settings the proxy reads ([sketch], [runtime], [pipeline] max_candidates); the gold
-   sketch is labelled over the same schema. The chosen candidate is read from the explain trace
-   (`chosen_candidate`), candidate n being the n-th ranked sketch. A second table sets chosen
-   sketch right/wrong against result right/wrong, and counts the misses whose gold sketch was
-   among the sketches tried (a selection loss rather than a sketch loss).
+   sketch is labelled over the same schema. The chosen candidate is read from the trace
+   (`chosen_candidate`), candidate n being the n-th ranked sketch, 0 the LLM's own query. A
+   second table sets chosen sketch right/wrong against result right/wrong, and counts the misses
+   whose gold sketch was among the sketches tried (a selection loss rather than a sketch loss);
+   not for "LLM alone", which tries no sketch.
+6. Checkpoint: with `--checkpoint FILE`, one JSON line per question and mode is appended (and
+   flushed) as soon as it is judged, and one per mode with its LLM server's memory at the end of
+   a run. A run given a file that holds lines asks only the questions that are not in it for the
+   mode (by mode name), and counts the others from the file, so a long run can be interrupted
+   and resumed, and its report is the same as that of a run done in one go: the gold rows, the
+   sketches and the loss categories are recomputed, "s asking" sums each question's own time,
+   proxy health is counted per question, and memory is the largest reading of the runs. A line
+   for another question under the same number (another dev.json) is refused.
 
-The report (Markdown) goes to stdout; progress, with the running accuracy, to stderr; `--show N`
-prints N misses of each loss category to stderr, and `--details FILE` writes one JSON line per
-question and mode. Floors, on the 972 executable dev questions in PLM-only mode: execution
-accuracy >= 55%, p50 latency <= 200 ms (judged only on a full run).
+The report (Markdown) goes to stdout; progress, with the running accuracy, to stderr. Per mode:
+execution accuracy by hardness; p50/p95 latency; per-stage time (mean ms per question, and the
+stage that dominates); the chosen candidate; the LLM's requests and prompt and completion tokens
+per question (summed from the trace's "N prompt + M completion tokens" notes) and the resident
+memory (VmRSS at the end of the run, and its peak VmHWM, MiB) of the mode's llama_cpp.server
+process (the child of the mode's `pgnl serve` whose command line names it); where the misses
+come from. `--show N` prints N misses of each loss category to stderr, and `--details FILE`
+writes one JSON line per question and mode. Floors, on the 972 executable dev questions in
+PLM-only mode: execution accuracy >= 55%, p50 latency <= 200 ms (judged only on a full run).
+
+A small LLM run, resumable (run the same command again after an interruption):
+
+    python -m benchmarks.execution_accuracy --sample 100 --seed 1 --llm qwen2.5-coder-1.5b \
+        --checkpoint /tmp/ea-1.5b.jsonl
 """
 
 from __future__ import annotations
@@ -57,8 +117,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
+import random
 import re
 import signal
 import sqlite3
@@ -66,12 +128,12 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import IO, Any, Protocol
 
 import numpy
 import psycopg
@@ -94,10 +156,11 @@ from benchmarks.spider_pg import (
 from model_export.sketch_labels import Unlabelable, label
 from proxy import config
 from proxy.embedded import EmbeddedError, EmbeddedPostgres
+from proxy.llm_model import PACKAGED_MODELS
 from proxy.migrate import MigrationError, migrate
 from proxy.nl2sql.answer import TRACE_COLUMNS, TraceRow
 from proxy.nl2sql.database import PsycopgDatabase
-from proxy.nl2sql.pipeline import NO_ANSWER
+from proxy.nl2sql.pipeline import NO_ANSWER, STAGES, UNGUIDED
 from proxy.nl2sql.schema import Schema, introspect
 from proxy.nl2sql.sketch import SET_OPERATIONS, Sketch
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
@@ -117,12 +180,46 @@ SERVER_SETTINGS = {
 }
 STARTUP_TIMEOUT_S = 120.0
 GOLD_TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0
+"""Client timeout of a request, PLM-only and LLM (a remote endpoint)."""
+LLM_TIMEOUT_S = 180.0
+"""Client timeout of a request in the embedded modes (see the module docstring)."""
+WARMUP_TIMEOUT_S = 600.0
+"""Client timeout of a mode's first warm-up request (it loads the models, and may join and start
+the embedded LLM)."""
 WARMUP_QUESTION = "how many rows are there?"
+
+# mode kinds (`--modes`) and names
+PLM = "plm"
+URL = "url"
+ALONE = "alone"
+FULL = "full"
+KINDS = (PLM, URL, ALONE, FULL)
+EMBEDDED_KINDS = (ALONE, FULL)
 PLM_ONLY = "PLM-only"
 LLM = "LLM"
+LLM_SERVER = "llama_cpp.server"
+"""What the command line of the embedded LLM's server process holds."""
+
+ALONE_SETTINGS = {
+    "PGNL_PIPELINE_MAX_CANDIDATES": "0",
+    "PGNL_PIPELINE_FEEDBACK_ROUNDS": "0",
+    "PGNL_LLM_UNGUIDED": "true",
+    "PGNL_CALIBRATION_THRESHOLD": "2",
+}
+"""The "LLM alone" mode's settings: the LLM's own query, uncorrected and uncalibrated."""
+
+LOG_QUERY = (
+    "SELECT question, directive, chosen_sql, trace, timings_ms FROM nl.query_log "
+    "ORDER BY id DESC LIMIT 1"
+)
+"""The record of the latest answer (on the connection that asked it: this one's)."""
+QUERY_LOG = "query log"
+DIRECTIVES = "show/explain"
 
 Rows = list[tuple[Any, ...]]
 _ROWS = re.compile(r"(\d+) rows?")
+_TOKENS = re.compile(r"(\d+) prompt \+ (\d+) completion tokens")
 
 
 class BenchError(RuntimeError):
@@ -149,13 +246,24 @@ class Item:
     transpile_error: str = ""
 
 
-def dev_items(dbs: Sequence[str] | None, limit: int) -> tuple[list[Item], int, Counter[str]]:
+def choose(numbers: Sequence[int], *, limit: int = 0, sample: int = 0, seed: int = 0) -> list[int]:
+    """`numbers` cut to the first `limit` (0: all), or, with `sample`, that many of them drawn at
+    random with `seed` (the same numbers and seed draw the same), in their order."""
+    if sample:
+        drawn = random.Random(seed).sample(list(numbers), min(sample, len(numbers)))
+        return sorted(drawn)
+    return list(numbers[:limit] if limit else numbers)
+
+
+def dev_items(
+    dbs: Sequence[str] | None, limit: int, sample: int = 0, seed: int = 0
+) -> tuple[list[Item], int, Counter[str]]:
     """The executable dev questions (those whose database Spider ships), filtered by `dbs` and
-    cut to the first `limit` (0: all); also dev.json's size and the questions left out for a
-    missing database, by db_id."""
+    chosen by `choose`; also dev.json's size and the questions left out for a missing database,
+    by db_id."""
     examples = json.loads((spider_dir() / "dev.json").read_text(encoding="utf-8"))
     missing: Counter[str] = Counter()
-    items: list[Item] = []
+    executable: list[int] = []
     for number, example in enumerate(examples):
         db_id = example["db_id"]
         if not sqlite_path(db_id).exists():
@@ -163,8 +271,10 @@ def dev_items(dbs: Sequence[str] | None, limit: int) -> tuple[list[Item], int, C
             continue
         if dbs and db_id not in dbs:
             continue
-        if limit and len(items) >= limit:
-            continue
+        executable.append(number)
+    items: list[Item] = []
+    for number in choose(executable, limit=limit, sample=sample, seed=seed):
+        example = examples[number]
         gold_pg: str | None
         try:
             gold_pg, error = to_postgres(example["query"]), ""
@@ -173,7 +283,7 @@ def dev_items(dbs: Sequence[str] | None, limit: int) -> tuple[list[Item], int, C
         items.append(
             Item(
                 number,
-                db_id,
+                example["db_id"],
                 example["question"],
                 example["query"],
                 hardness(example["sql"]),
@@ -231,6 +341,7 @@ ANSWERED_NESTED = "sketch and slots right: nested subquery"
 ANSWERED_EMPTY = "sketch and slots right: empty result"
 ANSWERED_WRONG = "sketch and slots right: other rows (literals, joins or the rest)"
 COMPLETION_LOSSES = (ANSWERED_SET_OPERATION, ANSWERED_NESTED, ANSWERED_EMPTY, ANSWERED_WRONG)
+LLM_OWN_QUERY = "the LLM's own query (candidate 0, no sketch)"
 
 
 def sketch_differences(gold: Sketch, predicted: Sketch) -> list[str]:
@@ -269,7 +380,8 @@ class SketchView:
 
 def sketch_index(chosen: int | None, count: int) -> int:
     """The position in the ranked sketches of the pipeline's candidate number `chosen` (numbered
-    from 1, best sketch first); the top sketch when the candidate is unknown."""
+    from 1, best sketch first); the top sketch when the candidate is unknown. Candidate 0, the
+    LLM's own query, has no sketch: callers count it apart (`LLM_OWN_QUERY`)."""
     return chosen - 1 if chosen is not None and 1 <= chosen <= count else 0
 
 
@@ -289,6 +401,8 @@ def loss(
         return NO_CANDIDATE_RAN
     if error:
         return f"proxy error {sqlstate or error}"
+    if chosen == UNGUIDED:
+        return LLM_OWN_QUERY
     if view is None:
         return "not attributed (--no-attribution)"
     if view.error:
@@ -319,13 +433,16 @@ def stage_of(category: str) -> str:
         return "sketch slots (PLM completion's inputs)"
     if category in COMPLETION_LOSSES:
         return "completion and calibration (sketch right)"
+    if category == LLM_OWN_QUERY:
+        return "the LLM's own query (no sketch to judge)"
     if category in (TIMEOUT, NO_CANDIDATE_RAN) or category.startswith("proxy error"):
         return "no answer (error or timeout)"
     return "not attributable"
 
 
 def chosen_candidate(trace: Sequence[TraceRow]) -> int | None:
-    """The number of the candidate the pipeline chose, read from its trace (None: none ran).
+    """The number of the candidate the pipeline chose, read from its trace (None: none ran; 0:
+    the LLM's own query, `UNGUIDED`, which the pipeline tries among the sketches' candidates).
 
     The pipeline tries candidates in turn and stops at the first whose result has values
     ("answered"), so when the last candidate traced ran and returned rows, it is the one; else
@@ -358,6 +475,38 @@ def stage_times(trace: Sequence[TraceRow]) -> dict[str, float]:
     return dict(times)
 
 
+def logged_stage_times(timings_ms: Mapping[str, Any]) -> dict[str, float]:
+    """nl.query_log's timings_ms (each stage's milliseconds, and "total") without the total."""
+    return {stage: float(ms) for stage, ms in timings_ms.items() if stage != "total"}
+
+
+@dataclass(frozen=True)
+class LLMUsage:
+    """What one answer asked of the LLM."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def llm_usage(trace: Sequence[TraceRow]) -> LLMUsage:
+    """The LLM requests of one answer (its `complete` rows whose outcome is the LLM's: "LLM",
+    "LLM, without the sketch", "LLM, after the error", "LLM failed: ..." and the like) and the
+    tokens they cost, summed from the notes "N prompt + M completion tokens" (in the trace's
+    calibration column) of those that came back."""
+    requests = prompt = completion = 0
+    for row in trace:
+        if row.stage != "complete":
+            continue
+        if row.outcome.startswith("LLM"):
+            requests += 1
+        tokens = _TOKENS.search(row.calibration)
+        if tokens is not None:
+            prompt += int(tokens.group(1))
+            completion += int(tokens.group(2))
+    return LLMUsage(requests, prompt, completion)
+
+
 def _blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
@@ -380,10 +529,164 @@ def trace_rows(rows: Sequence[Sequence[Any]]) -> list[TraceRow]:
     return out
 
 
+def logged_trace(trace: Sequence[Mapping[str, Any]]) -> list[TraceRow]:
+    """nl.query_log's trace (a list of objects keyed by TRACE_COLUMNS) as TraceRows."""
+    return trace_rows([[row.get(column) for column in TRACE_COLUMNS] for row in trace])
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return float("nan")
     return float(numpy.percentile(numpy.asarray(values, dtype=numpy.float64), q))
+
+
+# ---------------------------------------------------------------- the modes
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """A mode: what it is called, its kind (`KINDS`), its model (`--llm`, embedded kinds)."""
+
+    name: str
+    kind: str
+    model: str = ""
+    timeout_s: float = TIMEOUT_S
+
+    @property
+    def embedded(self) -> bool:
+        return self.kind in EMBEDDED_KINDS
+
+
+def model_label(model: str) -> str:
+    """A packaged model's name, or a GGUF file's name without .gguf."""
+    return model if model in PACKAGED_MODELS else Path(model).stem
+
+
+def model_environment(model: str) -> dict[str, str]:
+    """The settings that name `--llm MODEL` to the proxy: a packaged model's name, or a path."""
+    if model in PACKAGED_MODELS:
+        return {"PGNL_LLM_EMBEDDED_MODEL": model, "PGNL_LLM_MODEL_PATH": ""}
+    if model.endswith(".gguf"):
+        return {"PGNL_LLM_MODEL_PATH": str(Path(model).expanduser().resolve())}
+    raise ValueError(
+        f"--llm {model}: not a packaged model ({', '.join(PACKAGED_MODELS)}) nor a .gguf file"
+    )
+
+
+def mode_environment(spec: ModeSpec, environ: Mapping[str, str]) -> dict[str, str]:
+    """The proxy's environment for a mode: `environ` with the mode's settings on top."""
+    env = dict(environ)
+    if spec.kind == PLM:
+        env["PGNL_LLM_PROVIDER"] = "none"
+        env["PGNL_LLM_BASE_URL"] = ""
+    elif spec.kind == URL:
+        env["PGNL_LLM_PROVIDER"] = "openai"
+    else:
+        env["PGNL_LLM_PROVIDER"] = "embedded"
+        env["PGNL_LLM_BASE_URL"] = ""
+        env.update(model_environment(spec.model))
+        if spec.kind == ALONE:
+            env.update(ALONE_SETTINGS)
+    return env
+
+
+def mode_specs(
+    kinds: Sequence[str],
+    models: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    timeout_s: float = TIMEOUT_S,
+    llm_timeout_s: float = LLM_TIMEOUT_S,
+) -> list[ModeSpec]:
+    """The modes of a run, in the report's order: PLM-only, LLM (when PGNL_LLM_BASE_URL is
+    set), then for each model "LLM alone" and "full" (those of `kinds`)."""
+    specs: list[ModeSpec] = []
+    if PLM in kinds:
+        specs.append(ModeSpec(PLM_ONLY, PLM, timeout_s=timeout_s))
+    if URL in kinds and environ.get("PGNL_LLM_BASE_URL"):
+        specs.append(ModeSpec(LLM, URL, timeout_s=timeout_s))
+    for model in models:
+        label = model_label(model)
+        if ALONE in kinds:
+            specs.append(ModeSpec(f"LLM alone {label}", ALONE, model, llm_timeout_s))
+        if FULL in kinds:
+            specs.append(ModeSpec(f"full {label}", FULL, model, llm_timeout_s))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise BenchError(f"two modes have one name: {names} (two --llm files of one name?)")
+    return specs
+
+
+def describe(spec: ModeSpec, environ: Mapping[str, str]) -> str:
+    """One line on what the mode's proxy does, from the settings it will read."""
+    settings = config.load(environ=mode_environment(spec, environ))
+    llm, pipeline = settings.llm, settings.pipeline
+    if spec.kind == PLM:
+        return (
+            "no LLM: queries completed from the sketch model's slots "
+            '(PGNL_LLM_PROVIDER=none, PGNL_LLM_BASE_URL="")'
+        )
+    if spec.kind == URL:
+        return f"LLM {llm.model or '(no model named)'} at {llm.base_url}"
+    label = model_label(spec.model)
+    if spec.kind == ALONE:
+        return (
+            f"the embedded LLM {label} alone: its own query from the question and the schema, "
+            "no sketch, no correction, no calibration (PGNL_LLM_PROVIDER=embedded, "
+            + ", ".join(f"{k}={v}" for k, v in ALONE_SETTINGS.items())
+            + ")"
+        )
+    return (
+        f"the embedded LLM {label} in the whole pipeline (PGNL_LLM_PROVIDER=embedded): it "
+        f"completes the best {llm.max_completions} of {pipeline.max_candidates} sketches"
+        + (", then writes its own query" if llm.unguided else "")
+        + f"; PLM-only completion for the rest; {pipeline.feedback_rounds} feedback round(s), "
+        f"calibration threshold {settings.calibration.threshold:g}"
+    )
+
+
+# ---------------------------------------------------------------- processes
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The resident memory of a process, MiB: now (VmRSS) and its peak (VmHWM)."""
+
+    rss_mib: float
+    peak_mib: float
+
+
+def child_process(parent: int, needle: str, proc: Path = Path("/proc")) -> int | None:
+    """The id of a child process of `parent` whose command line contains `needle`, if any."""
+    for entry in sorted(proc.iterdir(), key=lambda p: p.name):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text(errors="replace")
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        fields = stat.rpartition(")")[2].split()  # after "pid (comm)": state, ppid, ...
+        if len(fields) > 1 and fields[1] == str(parent) and needle.encode() in cmdline:
+            return int(entry.name)
+    return None
+
+
+def process_memory(pid: int, proc: Path = Path("/proc")) -> Memory | None:
+    """VmRSS and VmHWM of a process, from /proc/PID/status (None: gone, or not reported)."""
+    try:
+        status = (proc / str(pid) / "status").read_text(errors="replace")
+    except OSError:
+        return None
+    kib: dict[str, int] = {}
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        parts = value.split()
+        if key in ("VmRSS", "VmHWM") and parts and parts[0].isdigit():
+            kib[key] = int(parts[0])
+    if "VmRSS" not in kib:
+        return None
+    return Memory(kib["VmRSS"] / 1024, kib.get("VmHWM", kib["VmRSS"]) / 1024)
 
 
 # ---------------------------------------------------------------- PostgreSQL and the proxy
@@ -428,7 +731,7 @@ class ProxyProcess:
     process: subprocess.Popen[bytes]
     port: int
     log: Path
-    restarts: int = 0
+    log_read: int = 0  # bytes of the log read by `new_internal_errors`
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -444,23 +747,25 @@ class ProxyProcess:
         if self.process.stdout is not None:
             self.process.stdout.close()
 
-    def internal_errors(self) -> list[str]:
-        """Log lines that mean the proxy itself failed (as tests/fix_proxy.py judges them)."""
+    def new_internal_errors(self) -> list[str]:
+        """Log lines that mean the proxy itself failed (as tests/fix_proxy.py judges them),
+        written since the last call (the log is one file across restarts)."""
         if not self.log.exists():
             return []
-        lines = self.log.read_text(errors="replace").splitlines()
+        with self.log.open("rb") as handle:
+            handle.seek(self.log_read)
+            text = handle.read()
+        self.log_read += len(text)
+        lines = text.decode(errors="replace").splitlines()
         return [line for line in lines if "Traceback" in line or " ERROR " in line]
 
-
-def mode_environment(mode: str) -> dict[str, str]:
-    """The proxy's environment for a mode: PLM-only forces no LLM."""
-    env = dict(os.environ)
-    if mode == PLM_ONLY:
-        env["PGNL_LLM_BASE_URL"] = ""
-    return env
+    def log_tail(self, size: int = 2000) -> str:
+        return self.log.read_text(errors="replace")[-size:] if self.log.exists() else ""
 
 
-def start_proxy(mode: str, upstream: str, base: Path, log_name: str) -> ProxyProcess:
+def start_proxy(
+    mode: str, upstream: str, base: Path, log_name: str, env: Mapping[str, str]
+) -> ProxyProcess:
     log = base / log_name
     argv = [sys.executable, "-m", "proxy", "--log-level", "warning", "serve"]
     argv += ["--listen", "127.0.0.1:0", "--upstream", upstream]
@@ -470,7 +775,7 @@ def start_proxy(mode: str, upstream: str, base: Path, log_name: str) -> ProxyPro
             stdout=subprocess.PIPE,
             stderr=stderr,
             cwd=REPO_ROOT,
-            env=mode_environment(mode),
+            env=dict(env),
             start_new_session=True,  # Ctrl-C reaches this program, which then stops pgnl
         )
     assert process.stdout is not None
@@ -538,7 +843,7 @@ class Client:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 5)
 
-    async def request(self, db_id: str, text: str) -> Reply:
+    async def request(self, db_id: str, text: str, timeout_s: float | None = None) -> Reply:
         reply = Reply()
         try:
             conn = await self._connection(db_id)
@@ -554,7 +859,7 @@ class Client:
 
         started = time.perf_counter()
         try:
-            reply.rows = await asyncio.wait_for(run(), self.timeout_s)
+            reply.rows = await asyncio.wait_for(run(), timeout_s or self.timeout_s)
         except TimeoutError:
             reply.timed_out = True
             await self._drop(db_id)
@@ -574,7 +879,7 @@ class Client:
 
 @dataclass
 class Asked:
-    """One mode's answer to one question, judged."""
+    """One mode's answer to one question, judged (a checkpoint line holds these fields)."""
 
     rows: int = 0  # rows returned by `-- nl:`
     latency_ms: float | None = None
@@ -588,14 +893,49 @@ class Asked:
     match: bool = False
     same_order: bool = False
     loss: str = ""
+    llm_requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    source: str = ""  # where the SQL and trace were read: QUERY_LOG, DIRECTIVES, "" (neither)
+    elapsed_ms: float = 0.0  # this question's requests, all of them
+    restarted: bool = False  # the proxy was found dead after it, and restarted
+    internal_errors: list[str] = field(default_factory=list)  # proxy log lines meanwhile
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-async def ask(client: Client, item: Item, gold: Rows, ordered: bool) -> Asked:
+def logged_answer(reply: Reply, question: str) -> tuple[str, list[TraceRow], dict[str, float]]:
+    """The chosen SQL, trace and stage timings in the LOG_QUERY reply, when its row records the
+    `-- nl:` answer to `question`; else a LookupError."""
+    if reply.error or reply.timed_out or not reply.rows:
+        raise LookupError(reply.error or "no row")
+    logged_question, directive, sql, trace, timings = reply.rows[0][:5]
+    if directive != "nl" or logged_question != _one_line(question):
+        raise LookupError(f"the latest row is {directive}: {logged_question}")
+    if isinstance(trace, str):  # jsonb as text (never, with psycopg's default loaders)
+        trace = json.loads(trace)
+    if isinstance(timings, str):
+        timings = json.loads(timings)
+    return _one_line(sql or ""), logged_trace(trace), logged_stage_times(timings)
+
+
+def _traced(asked: Asked, trace: Sequence[TraceRow]) -> None:
+    asked.chosen = chosen_candidate(trace)
+    usage = llm_usage(trace)
+    asked.llm_requests = usage.requests
+    asked.prompt_tokens = usage.prompt_tokens
+    asked.completion_tokens = usage.completion_tokens
+
+
+async def ask(
+    client: Client, item: Item, gold: Rows, ordered: bool, *, query_log: bool = True
+) -> Asked:
+    """One question on one mode: `-- nl:`, then its record in nl.query_log (or, with
+    `query_log` false or when the record is not there, `-- nl show:` and `-- nl explain:`)."""
     asked = Asked()
+    started = time.perf_counter()
     run = await client.request(item.db_id, f"-- nl: {item.question}")
     asked.timed_out, asked.notices = run.timed_out, run.notices
     if run.timed_out:
@@ -606,15 +946,106 @@ async def ask(client: Client, item: Item, gold: Rows, ordered: bool) -> Asked:
         asked.latency_ms = run.ms
         asked.rows = len(run.rows)
         asked.match, asked.same_order = compare(gold, run.rows, ordered=ordered)
-    show = await client.request(item.db_id, f"-- nl show: {item.question}")
-    if not show.error and not show.timed_out and show.rows:
-        asked.sql = _one_line(str(show.rows[0][0]))
-    explain = await client.request(item.db_id, f"-- nl explain: {item.question}")
-    if not explain.error and not explain.timed_out:
-        trace = trace_rows(explain.rows)
-        asked.stages = stage_times(trace)
-        asked.chosen = chosen_candidate(trace)
+    if not run.timed_out:
+        found = False
+        if query_log:
+            record = await client.request(item.db_id, LOG_QUERY)
+            try:
+                asked.sql, trace, asked.stages = logged_answer(record, item.question)
+            except LookupError as exc:
+                progress(f"  #{item.number}: no nl.query_log record ({exc}); show/explain instead")
+            else:
+                found = True
+                asked.source = QUERY_LOG
+                _traced(asked, trace)
+        if not found:
+            show = await client.request(item.db_id, f"-- nl show: {item.question}")
+            if not show.error and not show.timed_out and show.rows:
+                asked.sql = _one_line(str(show.rows[0][0]))
+            explain = await client.request(item.db_id, f"-- nl explain: {item.question}")
+            if not explain.error and not explain.timed_out:
+                trace = trace_rows(explain.rows)
+                asked.stages = stage_times(trace)
+                asked.source = DIRECTIVES
+                _traced(asked, trace)
+    asked.elapsed_ms = (time.perf_counter() - started) * 1000.0
     return asked
+
+
+def record_of(mode: str, item: Item, asked: Asked) -> dict[str, Any]:
+    """A checkpoint line (and a --details line) for one question and mode."""
+    return {
+        "mode": mode,
+        "number": item.number,
+        "db_id": item.db_id,
+        "question": item.question,
+        "hardness": item.hardness,
+        "gold": item.gold_pg or item.gold_sqlite,
+        **dataclasses.asdict(asked),
+    }
+
+
+_ASKED_FIELDS = tuple(f.name for f in dataclasses.fields(Asked))
+
+
+def asked_of(record: Mapping[str, Any]) -> Asked:
+    """The Asked a checkpoint line holds (fields it lacks take their defaults)."""
+    return Asked(**{name: record[name] for name in _ASKED_FIELDS if name in record})
+
+
+@dataclass
+class Resumed:
+    """What a checkpoint file holds: answers by (mode, dev number), with the question each was
+    asked as, and the memory readings of each mode's runs."""
+
+    results: dict[tuple[str, int], Asked] = field(default_factory=dict)
+    questions: dict[tuple[str, int], str] = field(default_factory=dict)
+    memory: dict[str, list[Memory]] = field(default_factory=lambda: defaultdict(list))
+
+
+def read_checkpoint(path: Path) -> Resumed:
+    """The lines of a checkpoint file (none when it does not exist). A line that is not JSON
+    (cut short by a kill while it was written) is skipped; its question is asked again."""
+    resumed = Resumed()
+    if not path.exists():
+        return resumed
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(record, dict) or "mode" not in record:
+            continue
+        mode = str(record["mode"])
+        if "memory" in record:
+            reading = record["memory"]
+            resumed.memory[mode].append(Memory(reading["rss_mib"], reading["peak_mib"]))
+        elif "number" in record:
+            key = (mode, int(record["number"]))
+            resumed.results[key] = asked_of(record)
+            resumed.questions[key] = str(record.get("question", ""))
+    return resumed
+
+
+class Checkpoint:
+    """A checkpoint file open for appending; each line is flushed as it is written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+        self.handle: IO[str] = path.open("a", encoding="utf-8")
+        if torn:  # a line cut short: the next one starts on a line of its own
+            self.handle.write("\n")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self.handle.write(json.dumps(record, default=str) + "\n")
+        self.handle.flush()
+
+    def memory(self, mode: str, reading: Memory) -> None:
+        self.write({"mode": mode, "memory": dataclasses.asdict(reading)})
+
+    def close(self) -> None:
+        self.handle.close()
 
 
 # ---------------------------------------------------------------- gold rows and sketches
@@ -710,14 +1141,19 @@ class Sketches:
 
 @dataclass
 class Mode:
-    name: str
-    proxy: ProxyProcess
-    client: Client
-    results: dict[int, Asked] = field(default_factory=dict)
-    description: str = ""
+    """One mode's results (what the report reads)."""
 
-    def stop(self) -> None:
-        self.proxy.stop()
+    name: str
+    kind: str = PLM
+    description: str = ""
+    timeout_s: float = TIMEOUT_S
+    results: dict[int, Asked] = field(default_factory=dict)  # by dev number
+    memory: list[Memory] = field(default_factory=list)  # its LLM server's, one per run
+    asked_now: int = 0  # questions this run asked (the others came from a checkpoint)
+
+    @property
+    def embedded(self) -> bool:
+        return self.kind in EMBEDDED_KINDS
 
 
 @dataclass
@@ -726,66 +1162,84 @@ class Run:
     dev_size: int
     missing: Counter[str]
     modes: list[Mode]
-    gold: Gold
     views: dict[int, SketchView] = field(default_factory=dict)
     judged: list[Item] = field(default_factory=list)
     blank_gold: set[int] = field(default_factory=set)  # numbers of items; see `blank_result`
-    seconds: float = 0.0
+    gold_failures: list[tuple[Item, str]] = field(default_factory=list)
+    gold_disagreements: list[Item] = field(default_factory=list)
     warmup: bool = True
-    timeout_s: float = 30.0
 
 
-async def restart_if_dead(mode: Mode, upstream: str, base: Path) -> None:
-    if mode.proxy.alive():
-        return
-    progress(f"pgnl serve ({mode.name}) died (status {mode.proxy.process.returncode}); restarting")
-    await mode.client.close()
-    restarts = mode.proxy.restarts + 1
-    mode.proxy.stop()
-    mode.proxy = start_proxy(mode.name, upstream, base, mode.proxy.log.name)
-    mode.proxy.restarts = restarts
-    mode.client.proxy = mode.proxy
+class GoldRows(Protocol):
+    """`Gold`'s interface to `ask_all`."""
+
+    failures: list[tuple[Item, str]]
+    disagreements: list[Item]
+
+    def rows(self, item: Item, *, ordered: bool) -> Rows | None: ...
 
 
-async def warm_up(modes: Sequence[Mode], db_ids: Sequence[str]) -> None:
-    for mode in modes:
-        started = time.perf_counter()
-        for db_id in db_ids:
-            await mode.client.request(db_id, f"-- nl: {WARMUP_QUESTION}")
-        progress(
-            f"warm-up ({mode.name}): one question on each of {len(db_ids)} databases, "
-            f"{time.perf_counter() - started:.1f} s"
-        )
+Asker = Callable[[Mode, Item, Rows, bool], Awaitable[Asked]]
+"""Asks one question on one mode (mode, item, gold rows, whether the gold orders)."""
 
 
-async def ask_all(run: Run, sketches: Sketches | None, upstream: str, base: Path) -> None:
+def attribute(asked: Asked, view: SketchView | None) -> str:
+    """The loss category of a miss ("" for a match)."""
+    if asked.match:
+        return ""
+    return loss(
+        timed_out=asked.timed_out,
+        sqlstate=asked.sqlstate,
+        error=asked.error,
+        view=view,
+        chosen=asked.chosen,
+        predicted_rows=asked.rows,
+    )
+
+
+async def ask_all(
+    run: Run,
+    gold: GoldRows,
+    views: Callable[[Item], SketchView] | None,
+    asker: Asker,
+    *,
+    resumed: Resumed | None = None,
+    checkpoint: Checkpoint | None = None,
+) -> None:
+    """Judge every question on every mode: from the checkpoint `resumed` where it holds the
+    answer, else asked (and written to `checkpoint`)."""
+    resumed = resumed or Resumed()
     started = time.perf_counter()
     total = len(run.items)
     for position, item in enumerate(run.items, 1):
         ordered = gold_orders(item.gold_sqlite)
-        gold = run.gold.rows(item, ordered=ordered)
-        if gold is None:
+        rows = gold.rows(item, ordered=ordered)
+        if rows is None:
             continue
         run.judged.append(item)
-        if blank_result(gold):
+        if blank_result(rows):
             run.blank_gold.add(item.number)
-        view = sketches.view(item) if sketches is not None else None
+        view = views(item) if views is not None else None
         if view is not None:
             run.views[item.number] = view
         for mode in run.modes:
-            asked = await ask(mode.client, item, gold, ordered)
-            if not asked.match:
-                asked.loss = loss(
-                    timed_out=asked.timed_out,
-                    sqlstate=asked.sqlstate,
-                    error=asked.error,
-                    view=view,
-                    chosen=asked.chosen,
-                    predicted_rows=asked.rows,
-                )
+            key = (mode.name, item.number)
+            asked = resumed.results.get(key)
+            if asked is not None:
+                if resumed.questions.get(key) != item.question:
+                    raise BenchError(
+                        f"the checkpoint's question #{item.number} for {mode.name} is "
+                        f"{resumed.questions.get(key)!r}, not {item.question!r}: another "
+                        "dev.json? Use another --checkpoint file"
+                    )
+                asked = dataclasses.replace(asked)  # the loss is recomputed below
+            else:
+                asked = await asker(mode, item, rows, ordered)
+                mode.asked_now += 1
+            asked.loss = attribute(asked, view)
             mode.results[item.number] = asked
-            if asked.timed_out or asked.error:
-                await restart_if_dead(mode, upstream, base)
+            if key not in resumed.results and checkpoint is not None:
+                checkpoint.write(record_of(mode.name, item, asked))
         if position % 10 == 0 or position == total:
             parts = []
             for mode in run.modes:
@@ -798,7 +1252,123 @@ async def ask_all(run: Run, sketches: Sketches | None, upstream: str, base: Path
                 )
             elapsed = time.perf_counter() - started
             progress(f"[{position}/{total}] {'; '.join(parts)}; {elapsed:.0f} s")
-    run.seconds = time.perf_counter() - started
+    run.gold_failures = list(gold.failures)
+    run.gold_disagreements = list(gold.disagreements)
+
+
+class Runner:
+    """One mode's `pgnl serve` and its client, started on the mode's first question (with its
+    warm-up), restarted when found dead after an error."""
+
+    def __init__(
+        self,
+        spec: ModeSpec,
+        environment: Mapping[str, str],
+        upstream: str,
+        base: Path,
+        dsns: dict[str, str],
+        *,
+        warm_dbs: Sequence[str],
+        query_log: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.environment = dict(environment)
+        self.upstream = upstream
+        self.base = base
+        self.dsns = dsns
+        self.warm_dbs = list(warm_dbs)  # empty: no warm-up
+        self.query_log = query_log
+        self.proxy: ProxyProcess | None = None
+        self.client: Client | None = None
+        self.restarts = 0
+        self.llm_pid: int | None = None
+        self.log_name = "pgnl-" + re.sub(r"[^A-Za-z0-9.-]+", "-", spec.name).lower() + ".log"
+
+    async def ask(self, item: Item, gold: Rows, ordered: bool) -> Asked:
+        if self.proxy is None:
+            await self._start()
+        assert self.client is not None
+        asked = await ask(self.client, item, gold, ordered, query_log=self.query_log)
+        if self.spec.embedded and self.llm_pid is None and not asked.timed_out:
+            self._find_llm()
+        if asked.timed_out or asked.error:
+            asked.restarted = await self._restart_if_dead()
+        assert self.proxy is not None
+        asked.internal_errors = [line.strip()[:200] for line in self.proxy.new_internal_errors()]
+        return asked
+
+    async def _start(self) -> None:
+        env = mode_environment(self.spec, self.environment)
+        self.proxy = start_proxy(self.spec.name, self.upstream, self.base, self.log_name, env)
+        self.client = Client(self.proxy, self.dsns, self.spec.timeout_s)
+        if not self.warm_dbs:
+            return
+        started = time.perf_counter()
+        for number, db_id in enumerate(self.warm_dbs):
+            timeout = WARMUP_TIMEOUT_S if number == 0 else None
+            reply = await self.client.request(db_id, f"-- nl: {WARMUP_QUESTION}", timeout)
+            if reply.timed_out:
+                progress(f"warm-up ({self.spec.name}) on {db_id} timed out")
+        progress(
+            f"warm-up ({self.spec.name}): one question on each of {len(self.warm_dbs)} "
+            f"database(s), {time.perf_counter() - started:.1f} s"
+        )
+        if self.spec.embedded:
+            self._find_llm()
+
+    def _find_llm(self) -> None:
+        """The embedded LLM's server, which the proxy starts on its first question: a proxy
+        without it answers from the sketch models alone, which is no measure of the mode."""
+        assert self.proxy is not None
+        self.llm_pid = child_process(self.proxy.process.pid, LLM_SERVER)
+        if self.llm_pid is None:
+            raise BenchError(
+                f"pgnl serve ({self.spec.name}) runs no {LLM_SERVER} after its first question: "
+                f"the embedded LLM did not start. Its log ends:\n{self.proxy.log_tail()}"
+            )
+
+    async def _restart_if_dead(self) -> bool:
+        assert self.proxy is not None and self.client is not None
+        if self.proxy.alive():
+            return False
+        progress(
+            f"pgnl serve ({self.spec.name}) died (status {self.proxy.process.returncode}); "
+            "restarting"
+        )
+        await self.client.close()
+        read = self.proxy.log_read
+        self.stop()
+        env = mode_environment(self.spec, self.environment)
+        self.proxy = start_proxy(self.spec.name, self.upstream, self.base, self.log_name, env)
+        self.proxy.log_read = read
+        self.client.proxy = self.proxy
+        self.restarts += 1
+        return True
+
+    def memory(self) -> Memory | None:
+        """The LLM server's resident memory now (None: no such process)."""
+        return process_memory(self.llm_pid) if self.llm_pid is not None else None
+
+    async def close_client(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+    def stop(self) -> None:
+        """Stop the proxy; and its LLM server, should the proxy have left it running."""
+        if self.proxy is not None:
+            self.proxy.stop()
+        pid, self.llm_pid = self.llm_pid, None
+        if pid is not None and child_alive(pid, LLM_SERVER):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+
+
+def child_alive(pid: int, needle: str, proc: Path = Path("/proc")) -> bool:
+    """Whether process `pid` still runs a command line that contains `needle`."""
+    try:
+        return needle.encode() in (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------- the report
@@ -819,6 +1389,28 @@ def _verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
+def _results(run: Run, mode: Mode) -> list[Asked]:
+    """The mode's answers in the questions' order (so that a resumed run reads them as a run in
+    one go does)."""
+    return [mode.results[i.number] for i in run.judged if i.number in mode.results]
+
+
+def _stage_order(stages: set[str]) -> list[str]:
+    return [s for s in STAGES if s in stages] + sorted(stages - set(STAGES))
+
+
+def _candidate_label(chosen: int | None) -> str:
+    if chosen is None:
+        return "none (no candidate ran, or no trace)"
+    if chosen == UNGUIDED:
+        return "0: the LLM's own query"
+    return f"{chosen}: sketch {chosen}"
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(numpy.mean(values)) if values else float("nan")
+
+
 def report(run: Run) -> str:
     judged = run.judged
     full = len(judged) == FULL_RUN
@@ -829,16 +1421,19 @@ def report(run: Run) -> str:
         f"({', '.join(f'{db} {n}' for db, n in sorted(run.missing.items())) or 'none'}); "
         f"{len(run.items)} executable questions asked"
         + ("" if full else f" (a subset: a full run asks {FULL_RUN})")
-        + f", {len(judged)} judged. Client timeout {run.timeout_s:g} s a request; "
+        + f", {len(judged)} judged. "
         + (
-            "one warm-up question per database first, not measured."
+            "Warm-up questions first, not measured (one per database; an embedded LLM mode "
+            "one, on the first database)."
             if run.warmup
-            else "no warm-up."
+            else "No warm-up."
         )
     )
     lines.append("")
     for mode in run.modes:
-        lines.append(f"- **{mode.name}**: {mode.description}")
+        lines.append(
+            f"- **{mode.name}** (client timeout {mode.timeout_s:g} s a request): {mode.description}"
+        )
     lines.append("")
 
     header = "| hardness | questions | " + " | ".join(m.name + " EX" for m in run.modes) + " |"
@@ -875,35 +1470,96 @@ def report(run: Run) -> str:
         "|---|---|---|---|---|---|",
     ]
     for mode in run.modes:
-        values = [r.latency_ms for r in mode.results.values() if r.latency_ms is not None]
+        values = [r.latency_ms for r in _results(run, mode) if r.latency_ms is not None]
         lines.append(
             f"| {mode.name} | {len(values)} | {percentile(values, 50):.0f} | "
-            f"{percentile(values, 95):.0f} | {numpy.mean(values) if values else float('nan'):.0f} "
+            f"{percentile(values, 95):.0f} | {_mean(values):.0f} "
             f"| {max(values, default=float('nan')):.0f} |"
         )
     lines.append("")
 
+    llm_modes = [m for m in run.modes if m.kind != PLM]
+    if llm_modes:
+        lines += [
+            "### LLM use per question (means over the questions traced; tokens from the trace's "
+            '"N prompt + M completion tokens" notes) and the LLM server\'s memory',
+            "",
+            "| mode | traced | LLM requests | prompt tokens | completion tokens | "
+            "llama_cpp.server RSS MiB at the end | its peak MiB |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for mode in llm_modes:
+            traced = [r for r in _results(run, mode) if r.source]
+            rss = max((m.rss_mib for m in mode.memory), default=None)
+            peak = max((m.peak_mib for m in mode.memory), default=None)
+            lines.append(
+                f"| {mode.name} | {len(traced)} | "
+                f"{_mean([r.llm_requests for r in traced]):.2f} | "
+                f"{_mean([r.prompt_tokens for r in traced]):.0f} | "
+                f"{_mean([r.completion_tokens for r in traced]):.0f} | "
+                + (
+                    f"{rss:.0f} | {peak:.0f} |"
+                    if rss is not None and peak is not None
+                    else "- | - |"
+                )
+            )
+        lines += [
+            "",
+            "(Memory: the largest VmRSS of the mode's runs, read from /proc at the end of each, "
+            "and the largest VmHWM; - where no embedded server ran.)",
+            "",
+        ]
+
     for mode in run.modes:
+        results = _results(run, mode)
         per_stage: dict[str, list[float]] = defaultdict(list)
-        traced = 0
-        for result in mode.results.values():
-            if result.stages:
-                traced += 1
+        traced = [r for r in results if r.stages]
+        for result in traced:
             for stage, ms in result.stages.items():
                 per_stage[stage].append(ms)
+        sources = Counter(r.source for r in results if r.source)
+        where = ", ".join(f"{count} from {source}" for source, count in sorted(sources.items()))
         lines += [
-            f"### Per-stage time, {mode.name} (from `-- nl explain:`, {traced} traces; a stage's "
-            "time summed over its candidates)",
+            f"### Per-stage time, {mode.name} ({len(traced)} traces: {where or 'none'}; a "
+            "stage's time summed over its candidates)",
             "",
-            "| stage | questions | p50 ms | mean ms | p95 ms |",
-            "|---|---|---|---|---|",
+            "| stage | questions | p50 ms | mean ms | p95 ms | ms per question | share |",
+            "|---|---|---|---|---|---|---|",
         ]
-        for stage, values in per_stage.items():
+        whole = sum(sum(values) for values in per_stage.values())
+        for stage in _stage_order(set(per_stage)):
+            values = per_stage[stage]
             lines.append(
                 f"| {stage} | {len(values)} | {percentile(values, 50):.1f} | "
-                f"{numpy.mean(values):.1f} | {percentile(values, 95):.1f} |"
+                f"{_mean(values):.1f} | {percentile(values, 95):.1f} | "
+                f"{sum(values) / len(traced):.1f} | {sum(values) / whole if whole else 0:.1%} |"
             )
+        if per_stage and whole:
+            top = max(_stage_order(set(per_stage)), key=lambda s: sum(per_stage[s]))
+            lines += [
+                "",
+                f"Dominant stage: **{top}**, {sum(per_stage[top]) / len(traced):.0f} ms per "
+                f"question ({sum(per_stage[top]) / whole:.0%} of the stages' time).",
+            ]
         lines.append("")
+
+    labels = sorted(
+        {r.chosen for m in run.modes for r in _results(run, m)},
+        key=lambda c: -1 if c is None else c,
+    )
+    lines += [
+        "### The chosen candidate (answers, of which right)",
+        "",
+        "| chosen candidate | " + " | ".join(m.name for m in run.modes) + " |",
+        "|---|" + "---|" * len(run.modes),
+    ]
+    for chosen_label in labels:
+        cells = []
+        for mode in run.modes:
+            picked = [r for r in _results(run, mode) if r.chosen == chosen_label]
+            cells.append(f"{len(picked)} ({sum(r.match for r in picked)})" if picked else "-")
+        lines.append(f"| {_candidate_label(chosen_label)} | " + " | ".join(cells) + " |")
+    lines.append("")
 
     for mode in run.modes:
         misses = [mode.results[i.number] for i in judged if not mode.results[i.number].match]
@@ -922,12 +1578,15 @@ def report(run: Run) -> str:
             lines.append(f"| {category} | {count} |")
         lines.append("")
         if run.views:
-            lines += _sketch_table(run, mode)
+            if mode.kind == ALONE:
+                lines += ["(No sketch table: this mode tries no sketch.)", ""]
+            else:
+                lines += _sketch_table(run, mode)
 
     for mode in run.modes:
         outcomes = Counter(
             "fallback notice" if any("fall" in n.lower() for n in r.notices) else "no fallback"
-            for r in mode.results.values()
+            for r in _results(run, mode)
             if not r.error
         )
         if outcomes.get("fallback notice"):
@@ -945,7 +1604,7 @@ def report(run: Run) -> str:
         lines.append(
             f"- #{item.number} {item.db_id}: `{item.gold_sqlite}` ({item.transpile_error})"
         )
-    failing = [(i, why) for i, why in run.gold.failures if i.gold_pg is not None]
+    failing = [(i, why) for i, why in run.gold_failures if i.gold_pg is not None]
     lines.append("")
     lines.append(
         f"{len(failing)} transpiled gold queries fail on PostgreSQL" + (":" if failing else ".")
@@ -953,7 +1612,7 @@ def report(run: Run) -> str:
     for item, why in failing:
         lines.append(f"- #{item.number} {item.db_id}: `{item.gold_sqlite}`: {why}")
     lines.append("")
-    disagreeing = run.gold.disagreements
+    disagreeing = run.gold_disagreements
     lines.append(
         f"{len(disagreeing)} gold queries return other rows on PostgreSQL than on SQLite (judged "
         "against PostgreSQL's)" + (":" if disagreeing else ".")
@@ -964,21 +1623,21 @@ def report(run: Run) -> str:
 
     lines += ["### Proxy health", ""]
     for mode in run.modes:
-        errors = mode.proxy.internal_errors()
-        timeouts = sum(r.timed_out for r in mode.results.values())
+        results = _results(run, mode)
+        errors = [line for r in results for line in r.internal_errors]
+        timeouts = sum(r.timed_out for r in results)
+        restarts = sum(r.restarted for r in results)
         lines.append(
-            f"- {mode.name}: {timeouts} timeouts, {mode.proxy.restarts} restarts, "
-            f"{len(errors)} internal errors logged"
-            + (f" (first: {errors[0].strip()[:200]})" if errors else "")
-            + f"; alive at the end: {mode.proxy.alive()}"
+            f"- {mode.name}: {timeouts} timeouts, {restarts} restarts, "
+            f"{len(errors)} internal errors logged" + (f" (first: {errors[0]})" if errors else "")
         )
     lines.append("")
 
-    plm = next((m for m in run.modes if m.name == PLM_ONLY), None)
+    plm = next((m for m in run.modes if m.kind == PLM), None)
     if plm is not None and judged:
         hits = sum(plm.results[i.number].match for i in judged)
         accuracy = hits / len(judged)
-        values = [r.latency_ms for r in plm.results.values() if r.latency_ms is not None]
+        values = [r.latency_ms for r in _results(run, plm) if r.latency_ms is not None]
         p50 = percentile(values, 50)
         scope = "" if full else f" (on {len(judged)} questions, not the {FULL_RUN}: indicative)"
         lines.append(
@@ -986,8 +1645,17 @@ def report(run: Run) -> str:
             f"{ACCURACY_FLOOR:.0%}: {_verdict(accuracy >= ACCURACY_FLOOR)}; p50 latency "
             f"{p50:.0f} ms <= {P50_FLOOR_MS:.0f} ms: {_verdict(p50 <= P50_FLOOR_MS)}"
         )
-    lines.append(f"({run.seconds:.0f} s asking)")
+    seconds = sum(r.elapsed_ms for m in run.modes for r in _results(run, m)) / 1000
+    lines.append(f"({seconds:.0f} s asking, summed over the questions and modes)")
     return "\n".join(lines)
+
+
+SKETCH_KEYS = (
+    "chosen sketch right",
+    "chosen sketch wrong",
+    "the LLM's own query (no sketch)",
+    "no gold sketch or no candidate",
+)
 
 
 def _sketch_table(run: Run, mode: Mode) -> list[str]:
@@ -999,12 +1667,14 @@ def _sketch_table(run: Run, mode: Mode) -> list[str]:
     for item in run.judged:
         view = run.views.get(item.number)
         asked = mode.results[item.number]
-        if view is None or view.gold is None or not view.candidates:
-            key = "no gold sketch or no candidate"
+        if asked.chosen == UNGUIDED:
+            key = SKETCH_KEYS[2]
+        elif view is None or view.gold is None or not view.candidates:
+            key = SKETCH_KEYS[3]
         else:
             chosen = view.candidates[sketch_index(asked.chosen, len(view.candidates))]
             right = not sketch_differences(view.gold, chosen)
-            key = "chosen sketch right" if right else "chosen sketch wrong"
+            key = SKETCH_KEYS[0] if right else SKETCH_KEYS[1]
             if not right and not asked.match:
                 sketch_misses += 1
                 among += any(
@@ -1012,7 +1682,9 @@ def _sketch_table(run: Run, mode: Mode) -> list[str]:
                 )
         table[(key, asked.match)] += 1
     lines = ["| sketch (SELECT, FROM, KEYWORDS) | result right | result wrong |", "|---|---|---|"]
-    for key in ("chosen sketch right", "chosen sketch wrong", "no gold sketch or no candidate"):
+    for key in SKETCH_KEYS:
+        if key == SKETCH_KEYS[2] and not (table[(key, True)] or table[(key, False)]):
+            continue
         lines.append(f"| {key} | {table[(key, True)]} | {table[(key, False)]} |")
     lines += [
         "",
@@ -1043,46 +1715,31 @@ def write_details(run: Run, path: Path) -> None:
     with path.open("w", encoding="utf-8") as handle:
         for item in run.judged:
             for mode in run.modes:
-                asked = mode.results[item.number]
-                record = {
-                    "number": item.number,
-                    "db_id": item.db_id,
-                    "question": item.question,
-                    "hardness": item.hardness,
-                    "gold": item.gold_pg or item.gold_sqlite,
-                    "mode": mode.name,
-                    "sql": asked.sql,
-                    "match": asked.match,
-                    "same_order": asked.same_order,
-                    "rows": asked.rows,
-                    "latency_ms": asked.latency_ms,
-                    "error": asked.error,
-                    "loss": asked.loss,
-                    "chosen": asked.chosen,
-                    "stages": asked.stages,
-                    "notices": asked.notices,
-                }
+                record = record_of(mode.name, item, mode.results[item.number])
                 handle.write(json.dumps(record, default=str) + "\n")
 
 
 # ---------------------------------------------------------------- main
 
 
-def mode_names() -> list[str]:
-    return [PLM_ONLY] + ([LLM] if os.environ.get("PGNL_LLM_BASE_URL") else [])
-
-
-def describe(mode: str) -> str:
-    if mode == PLM_ONLY:
-        return 'no LLM: queries completed from the sketch model\'s slots (PGNL_LLM_BASE_URL="")'
-    settings = config.load().llm
-    return f"LLM {settings.model or '(no model named)'} at {settings.base_url}"
-
-
 async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.ExitStack) -> Run:
-    items, dev_size, missing = dev_items(args.db, args.limit)
+    items, dev_size, missing = dev_items(args.db, args.limit, args.sample, args.seed)
     if not items:
-        raise BenchError("no dev question chosen (check --db and --limit)")
+        raise BenchError("no dev question chosen (check --db, --limit and --sample)")
+    environ = dict(os.environ)
+    specs = mode_specs(
+        args.modes,
+        args.llm,
+        environ,
+        timeout_s=args.timeout,
+        llm_timeout_s=args.llm_timeout,
+    )
+    if not specs:
+        raise BenchError("no mode to run (check --modes, --llm and PGNL_LLM_BASE_URL)")
+    resumed = read_checkpoint(args.checkpoint) if args.checkpoint else Resumed()
+    checkpoint = Checkpoint(args.checkpoint) if args.checkpoint else None
+    if checkpoint is not None:
+        stack.callback(checkpoint.close)
     admin_dsn = args.dsn or start_postgres(base, stack)
     db_ids = sorted({item.db_id for item in items}, key=DEV_DATABASES.index)
     dsns = prepare_databases(admin_dsn, db_ids)
@@ -1090,25 +1747,64 @@ async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.
     stack.callback(gold.close)
     upstream = upstream_of(admin_dsn)
     modes: list[Mode] = []
-    for name in mode_names():
-        proxy = start_proxy(name, upstream, base, f"pgnl-{name.lower()}.log")
-        mode = Mode(name, proxy, Client(proxy, dsns, args.timeout), description=describe(name))
-        stack.callback(mode.stop)  # the proxy of the moment: a restart replaces it
+    runners: dict[str, Runner] = {}
+    for spec in specs:
+        mode = Mode(spec.name, spec.kind, describe(spec, environ), spec.timeout_s)
+        mode.memory += resumed.memory.get(spec.name, [])
         modes.append(mode)
+        pending = [i for i in items if (spec.name, i.number) not in resumed.results]
+        pending_dbs = list(dict.fromkeys(i.db_id for i in pending))
+        warm_dbs = [] if args.no_warmup else pending_dbs[:1] if spec.embedded else pending_dbs
+        runner = Runner(
+            spec, environ, upstream, base, dsns, warm_dbs=warm_dbs, query_log=not args.no_query_log
+        )
+        stack.callback(runner.stop)
+        runners[spec.name] = runner
+        if args.checkpoint:
+            progress(
+                f"{spec.name}: {len(items) - len(pending)} of {len(items)} questions in the "
+                f"checkpoint, {len(pending)} to ask"
+            )
     sketches = None
     if not args.no_attribution:
         sketches = Sketches(dsns)
         progress(f"in-process sketcher on {sketches.sketcher.provider}, for the loss attribution")
-    if not args.no_warmup:
-        await warm_up(modes, db_ids)
-    run = Run(items, dev_size, missing, modes, gold, warmup=not args.no_warmup)
-    run.timeout_s = args.timeout
+    run = Run(items, dev_size, missing, modes, warmup=not args.no_warmup)
+
+    async def asker(mode: Mode, item: Item, rows: Rows, ordered: bool) -> Asked:
+        return await runners[mode.name].ask(item, rows, ordered)
+
+    started = time.perf_counter()
     try:
-        await ask_all(run, sketches, upstream, base)
-    finally:
+        views = sketches.view if sketches else None
+        await ask_all(run, gold, views, asker, resumed=resumed, checkpoint=checkpoint)
         for mode in modes:
-            await mode.client.close()
+            reading = runners[mode.name].memory()
+            if reading is not None:
+                mode.memory.append(reading)
+                if checkpoint is not None:
+                    checkpoint.memory(mode.name, reading)
+            proxy = runners[mode.name].proxy
+            if proxy is not None and not proxy.alive():
+                progress(f"pgnl serve ({mode.name}) is not alive at the end of the run")
+    finally:
+        for runner in runners.values():
+            await runner.close_client()
+    progress(
+        f"this run asked {sum(m.asked_now for m in modes)} (question, mode) pairs in "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     return run
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"--modes takes a comma list of {', '.join(KINDS)}, not {text!r}"
+        )
+    return kinds
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -1127,8 +1823,48 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="DB_ID",
         help="only this dev database's questions (repeatable)",
     )
-    parser.add_argument("--limit", type=int, default=0, help="the first N questions (0: all)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds a request (30)")
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--limit", type=int, default=0, help="the first N questions (0: all)")
+    chosen.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        help="N questions drawn at random (reproducibly, with --seed) across the databases",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
+    parser.add_argument(
+        "--llm",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="an embedded LLM to measure, alone and in the full pipeline (repeatable): "
+        f"{' or '.join(PACKAGED_MODELS)}, or a .gguf file",
+    )
+    parser.add_argument(
+        "--modes",
+        type=_kinds,
+        default=list(KINDS),
+        help="comma list of the modes to run: plm (PLM-only), alone and full (each --llm), "
+        "url (the LLM at PGNL_LLM_BASE_URL, when set); default all",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="JSON lines file: each question's result is appended as it is judged, and those "
+        "already there are not asked again (resume)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT_S,
+        help=f"seconds a request, PLM-only and url ({TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--llm-timeout",
+        type=float,
+        default=LLM_TIMEOUT_S,
+        help=f"seconds a request in the embedded LLM modes ({LLM_TIMEOUT_S:g})",
+    )
     parser.add_argument("--show", type=int, default=0, help="misses of each category (stderr)")
     parser.add_argument("--details", type=Path, help="one JSON line per question and mode")
     parser.add_argument(
@@ -1139,9 +1875,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-warmup", action="store_true", help="measure the first question of each database cold"
     )
+    parser.add_argument(
+        "--no-query-log",
+        action="store_true",
+        help="read the chosen SQL and the trace with -- nl show: and -- nl explain: (two more "
+        "pipeline runs a question) rather than from nl.query_log",
+    )
     args = parser.parse_args(argv)
-    if args.limit < 0 or args.timeout <= 0:
-        parser.error("--limit must be >= 0 and --timeout > 0")
+    if args.limit < 0 or args.sample < 0 or args.timeout <= 0 or args.llm_timeout <= 0:
+        parser.error("--limit and --sample must be >= 0, --timeout and --llm-timeout > 0")
+    for model in args.llm:
+        if model not in PACKAGED_MODELS and not (
+            model.endswith(".gguf") and Path(model).expanduser().is_file()
+        ):
+            parser.error(
+                f"--llm {model}: not a packaged model ({', '.join(PACKAGED_MODELS)}) nor a "
+                ".gguf file"
+            )
+    if args.llm and not set(args.modes) & set(EMBEDDED_KINDS):
+        parser.error("--llm needs alone or full among --modes")
+    if set(args.modes) <= set(EMBEDDED_KINDS) and not args.llm:
+        parser.error("--modes alone/full need --llm MODEL")
     return args
 
 
@@ -1168,6 +1922,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         EmbeddedError,
         MigrationError,
         OSError,
+        config.ConfigError,
         psycopg.Error,
         ValueIndexError,
     ) as exc:

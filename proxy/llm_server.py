@@ -251,6 +251,11 @@ class EmbeddedLLM:
         return ""
 
     @property
+    def pid(self) -> int:
+        """The server's process id (0 when it is not running)."""
+        return self._process.pid if self._process is not None else 0
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
