@@ -56,6 +56,26 @@ _POLL_S = 0.25
 _LOG_TAIL = 2000
 
 
+# The server's process, before it runs the module `python -m` would: on Linux it asks to be
+# killed when the thread that started it ends (PR_SET_PDEATHSIG), so a pgnl that is killed or
+# crashes leaves no orphaned model holding a gigabyte; and it ends at once if that parent is
+# already gone. (Start it from a thread that lives as long as the server should: pgnl starts it
+# from its answer threads or its main thread.)
+_DIE_WITH_PARENT = """\
+import ctypes, os, runpy, signal, sys
+parent = int(sys.argv.pop(1))
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+except (OSError, AttributeError):
+    pass
+if os.getppid() != parent:
+    sys.exit("pgnl: the process that started this server is gone")
+module = sys.argv.pop(1)
+sys.argv[0] = module
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
 class EmbeddedLLMError(RuntimeError):
     """The embedded LLM could not be started; the message says what to do."""
 
@@ -160,7 +180,9 @@ class EmbeddedLLM:
         threads = s.threads or os.cpu_count() or 1
         return [
             sys.executable,
-            "-m",
+            "-c",
+            _DIE_WITH_PARENT,
+            str(os.getpid()),
             "llama_cpp.server",
             "--model",
             str(model_path),

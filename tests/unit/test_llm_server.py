@@ -3,6 +3,9 @@ what to do. (The real model answering is tests/integration/test_embedded_llm.py.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +75,30 @@ def test_a_file_that_is_no_model_ends_the_server_with_its_output(tmp_path: Path)
     assert "exited" in message and "before it was ready" in message
     assert "its output ends:" in message and len(message) > 200
     assert not server.running and server.output_tail() == ""
+
+
+@pytest.mark.skipif(not embedded_available(LLMSettings()), reason="pgnl[llm] is not installed")
+def test_the_server_dies_with_a_killed_pgnl() -> None:
+    """A pgnl killed with SIGKILL (no clean-up runs) leaves no model server behind."""
+    starter = (
+        "from proxy.config import LLMSettings\n"
+        "from proxy.llm_server import EmbeddedLLM\n"
+        "server = EmbeddedLLM(LLMSettings(provider='embedded'))\n"
+        "server.start()\n"
+        "print(server.pid, flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert Path(f"/proc/{child}").exists()
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists()
