@@ -2,7 +2,7 @@
 
     python -m benchmarks.execution_accuracy [--dsn ADMIN_DSN] [--db DB_ID ...]
         [--limit N | --sample N [--seed S]] [--llm MODEL ...] [--modes plm,alone,full,url]
-        [--checkpoint FILE] [--timeout 30] [--llm-timeout 180] [--show N]
+        [--checkpoint FILE] [--timeout 30] [--llm-timeout 600] [--show N]
         [--details results.jsonl] [--no-attribution] [--no-warmup] [--no-query-log]
 
 1. Set-up. PostgreSQL: a throwaway embedded server (pgvector included) started for this run and
@@ -56,12 +56,16 @@
    each way). A request that takes longer than its mode's timeout is cancelled and counts as a
    miss (nothing more is asked for it); its connection is replaced, and the proxy must still be
    alive (it is restarted, and the restart reported, if not). Timeouts: `--timeout` (30 s) for
-   PLM-only and LLM; `--llm-timeout` (180 s) for the embedded modes, whose one question may hold
-   several LLM requests, each bounded by the proxy's own [llm] deadline_s (60 s): up to
-   max_completions sketch completions, the LLM's own query, a correction per feedback round, a
-   rewrite after calibration; on 2 CPU cores one request of the 1.5B model with a schema prompt
-   takes seconds to tens of seconds. (A question cancelled by the client goes on in the proxy
-   until its pipeline's next query, so an LLM request of it may still delay the next question.)
+   PLM-only and LLM; `--llm-timeout` (600 s) for the embedded modes, whose one question may hold
+   about ten LLM requests, each bounded by the proxy's own [llm] deadline_s (60 s): up to
+   max_completions (3) sketch completions and the LLM's own query, each with a correction per
+   feedback round and a rewrite after calibration. Measured on 2 shared CPU cores with the 0.5B
+   model: 2 to 15 s a request (some 650 prompt tokens), by how busy the cores were, and in
+   "full" 8 to 48 s a question on average, 126 s the slowest of 6; the 1.5B is slower still.
+   The LLM timeout is there for a proxy that hangs, not to cut slow questions short (a miss by
+   timeout is no measure of the LLM's accuracy); lower it on a GPU build. (A question cancelled
+   by the client goes on in the proxy until its pipeline's next query, so an LLM request of it
+   may still delay the next.)
    The gold query is transpiled to PostgreSQL (`spider_pg.to_postgres`) and run on a direct
    connection; a gold query that does not transpile or fails on PostgreSQL is listed, and that
    question is judged against the gold's rows from SQLite instead. Where both run, PostgreSQL's
@@ -82,8 +86,10 @@
    is empty, or other rows (literals, joins or the rest of the completion). The sketches are the
    shipped sketch model's over the database's introspected schema, computed here in-process with
    the settings the proxy reads ([sketch], [runtime], [pipeline] max_candidates); the gold
-   sketch is labelled over the same schema. The chosen candidate is read from the trace
-   (`chosen_candidate`), candidate n being the n-th ranked sketch, 0 the LLM's own query. A
+   sketch is labelled over the same schema. The chosen candidate (n: the n-th ranked sketch, 0:
+   the LLM's own query) is the one that wrote the chosen SQL among the record's candidates
+   (`candidate_of_sql`), else, where those do not line up with the trace (or with
+   `--no-query-log`), read from the trace alone (`chosen_candidate`). A
    second table sets chosen sketch right/wrong against result right/wrong, and counts the misses
    whose gold sketch was among the sketches tried (a selection loss rather than a sketch loss);
    not for "LLM alone", which tries no sketch.
@@ -100,11 +106,12 @@ The report (Markdown) goes to stdout; progress, with the running accuracy, to st
 execution accuracy by hardness; p50/p95 latency; per-stage time (mean ms per question, and the
 stage that dominates); the chosen candidate; the LLM's requests and prompt and completion tokens
 per question (summed from the trace's "N prompt + M completion tokens" notes) and the resident
-memory (VmRSS at the end of the run, and its peak VmHWM, MiB) of the mode's llama_cpp.server
-process (the child of the mode's `pgnl serve` whose command line names it); where the misses
-come from. `--show N` prints N misses of each loss category to stderr, and `--details FILE`
-writes one JSON line per question and mode. Floors, on the 972 executable dev questions in
-PLM-only mode: execution accuracy >= 55%, p50 latency <= 200 ms (judged only on a full run).
+memory (VmRSS at the end of the run, of it RssFile, and its peak VmHWM, MiB) of the mode's
+llama_cpp.server process (the child of the mode's `pgnl serve` whose command line names it);
+where the misses come from. `--show N` prints N misses of each loss category to stderr, and
+`--details FILE` writes one JSON line per question and mode. Floors, on the 972 executable dev
+questions in PLM-only mode: execution accuracy >= 55%, p50 latency <= 200 ms (judged only on a
+full run).
 
 A small LLM run, resumable (run the same command again after an interruption):
 
@@ -182,7 +189,7 @@ STARTUP_TIMEOUT_S = 120.0
 GOLD_TIMEOUT_S = 30.0
 TIMEOUT_S = 30.0
 """Client timeout of a request, PLM-only and LLM (a remote endpoint)."""
-LLM_TIMEOUT_S = 180.0
+LLM_TIMEOUT_S = 600.0
 """Client timeout of a request in the embedded modes (see the module docstring)."""
 WARMUP_TIMEOUT_S = 600.0
 """Client timeout of a mode's first warm-up request (it loads the models, and may join and start
@@ -210,7 +217,7 @@ ALONE_SETTINGS = {
 """The "LLM alone" mode's settings: the LLM's own query, uncorrected and uncalibrated."""
 
 LOG_QUERY = (
-    "SELECT question, directive, chosen_sql, trace, timings_ms FROM nl.query_log "
+    "SELECT question, directive, chosen_sql, trace, timings_ms, candidates FROM nl.query_log "
     "ORDER BY id DESC LIMIT 1"
 )
 """The record of the latest answer (on the connection that asked it: this one's)."""
@@ -467,6 +474,39 @@ def chosen_candidate(trace: Sequence[TraceRow]) -> int | None:
     return next((number for number, count in rows.items() if count is not None), None)
 
 
+_ADDS_A_CANDIDATE = ("LLM", "LLM, without the sketch", "LLM, after the error", "PLM")
+"""The outcomes of the `complete` rows whose SQL the pipeline adds to its candidates (as every
+`execute` row's; `proxy.nl2sql.pipeline`: `_ask_llm`, `_complete_plm`, `_check`, `_execute`)."""
+
+
+def candidate_of_sql(
+    trace: Sequence[TraceRow], candidates: Sequence[str], sql: str | None
+) -> int | None:
+    """The number of the candidate whose SQL is the chosen `sql`, from nl.query_log's
+    `candidates` (every SQL tried, in order: one per trace row that adds one, see
+    `_ADDS_A_CANDIDATE`); the first that wrote it (a later duplicate is not run). None when
+    there is no chosen SQL, or the trace and the candidates do not line up (then
+    `chosen_candidate` reads the trace alone): the pipeline goes on after an answer that leaves
+    out a value of the question, and chooses that answer when nothing better comes, so the
+    last candidate with rows is not always the one chosen."""
+    adding = [
+        row.candidate
+        for row in trace
+        if row.stage == "execute" or (row.stage == "complete" and row.outcome in _ADDS_A_CANDIDATE)
+    ]
+    if not sql or len(adding) != len(candidates):
+        return None
+    chosen = _one_line(sql)
+    return next(
+        (
+            number
+            for number, text in zip(adding, candidates, strict=True)
+            if _one_line(text) == chosen
+        ),
+        None,
+    )
+
+
 def stage_times(trace: Sequence[TraceRow]) -> dict[str, float]:
     """Milliseconds spent in each stage of one answer, summed over its candidates."""
     times: dict[str, float] = defaultdict(float)
@@ -650,10 +690,12 @@ def describe(spec: ModeSpec, environ: Mapping[str, str]) -> str:
 
 @dataclass(frozen=True)
 class Memory:
-    """The resident memory of a process, MiB: now (VmRSS) and its peak (VmHWM)."""
+    """The resident memory of a process, MiB: now (VmRSS), its peak (VmHWM), and the part of
+    VmRSS that is file pages (RssFile: for the LLM's server, mostly the mmapped GGUF model)."""
 
     rss_mib: float
     peak_mib: float
+    file_mib: float = 0.0
 
 
 def child_process(parent: int, needle: str, proc: Path = Path("/proc")) -> int | None:
@@ -682,11 +724,13 @@ def process_memory(pid: int, proc: Path = Path("/proc")) -> Memory | None:
     for line in status.splitlines():
         key, _, value = line.partition(":")
         parts = value.split()
-        if key in ("VmRSS", "VmHWM") and parts and parts[0].isdigit():
+        if key in ("VmRSS", "VmHWM", "RssFile") and parts and parts[0].isdigit():
             kib[key] = int(parts[0])
     if "VmRSS" not in kib:
         return None
-    return Memory(kib["VmRSS"] / 1024, kib.get("VmHWM", kib["VmRSS"]) / 1024)
+    return Memory(
+        kib["VmRSS"] / 1024, kib.get("VmHWM", kib["VmRSS"]) / 1024, kib.get("RssFile", 0) / 1024
+    )
 
 
 # ---------------------------------------------------------------- PostgreSQL and the proxy
@@ -906,23 +950,44 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def logged_answer(reply: Reply, question: str) -> tuple[str, list[TraceRow], dict[str, float]]:
-    """The chosen SQL, trace and stage timings in the LOG_QUERY reply, when its row records the
-    `-- nl:` answer to `question`; else a LookupError."""
+@dataclass(frozen=True)
+class Logged:
+    """nl.query_log's record of one answer."""
+
+    sql: str  # "" when none was chosen
+    trace: list[TraceRow]
+    stages: dict[str, float]
+    candidates: list[str]
+
+    @property
+    def chosen(self) -> int | None:
+        number = candidate_of_sql(self.trace, self.candidates, self.sql)
+        return number if number is not None else chosen_candidate(self.trace)
+
+
+def _json(value: Any) -> Any:
+    """A jsonb value as psycopg loads it (parsed), or as text."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def logged_answer(reply: Reply, question: str) -> Logged:
+    """The record in the LOG_QUERY reply, when its row records the `-- nl:` answer to
+    `question`; else a LookupError."""
     if reply.error or reply.timed_out or not reply.rows:
         raise LookupError(reply.error or "no row")
-    logged_question, directive, sql, trace, timings = reply.rows[0][:5]
+    logged_question, directive, sql, trace, timings, candidates = reply.rows[0][:6]
     if directive != "nl" or logged_question != _one_line(question):
         raise LookupError(f"the latest row is {directive}: {logged_question}")
-    if isinstance(trace, str):  # jsonb as text (never, with psycopg's default loaders)
-        trace = json.loads(trace)
-    if isinstance(timings, str):
-        timings = json.loads(timings)
-    return _one_line(sql or ""), logged_trace(trace), logged_stage_times(timings)
+    return Logged(
+        _one_line(sql or ""),
+        logged_trace(_json(trace)),
+        logged_stage_times(_json(timings)),
+        [str(c) for c in _json(candidates)],
+    )
 
 
-def _traced(asked: Asked, trace: Sequence[TraceRow]) -> None:
-    asked.chosen = chosen_candidate(trace)
+def _traced(asked: Asked, trace: Sequence[TraceRow], chosen: int | None) -> None:
+    asked.chosen = chosen
     usage = llm_usage(trace)
     asked.llm_requests = usage.requests
     asked.prompt_tokens = usage.prompt_tokens
@@ -951,13 +1016,13 @@ async def ask(
         if query_log:
             record = await client.request(item.db_id, LOG_QUERY)
             try:
-                asked.sql, trace, asked.stages = logged_answer(record, item.question)
+                logged = logged_answer(record, item.question)
             except LookupError as exc:
                 progress(f"  #{item.number}: no nl.query_log record ({exc}); show/explain instead")
             else:
                 found = True
-                asked.source = QUERY_LOG
-                _traced(asked, trace)
+                asked.sql, asked.stages, asked.source = logged.sql, logged.stages, QUERY_LOG
+                _traced(asked, logged.trace, logged.chosen)
         if not found:
             show = await client.request(item.db_id, f"-- nl show: {item.question}")
             if not show.error and not show.timed_out and show.rows:
@@ -967,7 +1032,7 @@ async def ask(
                 trace = trace_rows(explain.rows)
                 asked.stages = stage_times(trace)
                 asked.source = DIRECTIVES
-                _traced(asked, trace)
+                _traced(asked, trace, chosen_candidate(trace))
     asked.elapsed_ms = (time.perf_counter() - started) * 1000.0
     return asked
 
@@ -1019,7 +1084,9 @@ def read_checkpoint(path: Path) -> Resumed:
         mode = str(record["mode"])
         if "memory" in record:
             reading = record["memory"]
-            resumed.memory[mode].append(Memory(reading["rss_mib"], reading["peak_mib"]))
+            resumed.memory[mode].append(
+                Memory(reading["rss_mib"], reading["peak_mib"], reading.get("file_mib", 0.0))
+            )
         elif "number" in record:
             key = (mode, int(record["number"]))
             resumed.results[key] = asked_of(record)
@@ -1305,7 +1372,7 @@ class Runner:
             return
         started = time.perf_counter()
         for number, db_id in enumerate(self.warm_dbs):
-            timeout = WARMUP_TIMEOUT_S if number == 0 else None
+            timeout = max(WARMUP_TIMEOUT_S, self.spec.timeout_s) if number == 0 else None
             reply = await self.client.request(db_id, f"-- nl: {WARMUP_QUESTION}", timeout)
             if reply.timed_out:
                 progress(f"warm-up ({self.spec.name}) on {db_id} timed out")
@@ -1485,12 +1552,12 @@ def report(run: Run) -> str:
             '"N prompt + M completion tokens" notes) and the LLM server\'s memory',
             "",
             "| mode | traced | LLM requests | prompt tokens | completion tokens | "
-            "llama_cpp.server RSS MiB at the end | its peak MiB |",
-            "|---|---|---|---|---|---|---|",
+            "llama_cpp.server RSS MiB at the end | of it file pages (the model) | its peak MiB |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for mode in llm_modes:
             traced = [r for r in _results(run, mode) if r.source]
-            rss = max((m.rss_mib for m in mode.memory), default=None)
+            largest = max(mode.memory, key=lambda m: m.rss_mib, default=None)
             peak = max((m.peak_mib for m in mode.memory), default=None)
             lines.append(
                 f"| {mode.name} | {len(traced)} | "
@@ -1498,15 +1565,15 @@ def report(run: Run) -> str:
                 f"{_mean([r.prompt_tokens for r in traced]):.0f} | "
                 f"{_mean([r.completion_tokens for r in traced]):.0f} | "
                 + (
-                    f"{rss:.0f} | {peak:.0f} |"
-                    if rss is not None and peak is not None
-                    else "- | - |"
+                    f"{largest.rss_mib:.0f} | {largest.file_mib:.0f} | {peak:.0f} |"
+                    if largest is not None and peak is not None
+                    else "- | - | - |"
                 )
             )
         lines += [
             "",
             "(Memory: the largest VmRSS of the mode's runs, read from /proc at the end of each, "
-            "and the largest VmHWM; - where no embedded server ran.)",
+            "with its RssFile, and the largest VmHWM; - where no embedded server ran.)",
             "",
         ]
 
