@@ -212,6 +212,7 @@ ALONE_SETTINGS = {
     "PGNL_PIPELINE_MAX_CANDIDATES": "0",
     "PGNL_PIPELINE_FEEDBACK_ROUNDS": "0",
     "PGNL_LLM_UNGUIDED": "true",
+    "PGNL_LLM_SELECTION": "first",
     "PGNL_CALIBRATION_THRESHOLD": "2",
 }
 """The "LLM alone" mode's settings: the LLM's own query, uncorrected and uncalibrated."""

@@ -327,18 +327,33 @@ class LLMSettings:
         default=120.0,
         metadata=_doc("Seconds the embedded model's server may take to load and answer."),
     )
+    selection: str = field(
+        default="llm-first",
+        metadata=_doc(
+            "How the answer is chosen with an LLM: llm-first (the sketch models' own answer is "
+            "found first; the LLM then writes its own query, with a few values of the columns "
+            "that answer names, an error fed back and its literals calibrated, and that query "
+            "is the answer when it returns values, else the sketch models' answer stands: one "
+            "LLM request a question, two or three with a correction), or first (every "
+            "candidate in order, the LLM completing the best max_completions sketches, then "
+            "its own query, and the first whose result passes the checks: ZeroNL2SQL's "
+            "selection)."
+        ),
+    )
     max_completions: int = field(
         default=3,
         metadata=_doc(
-            "Sketches per question the LLM completes (best first); the later candidates are "
-            "completed by the sketch models alone. Each costs seconds on a CPU."
+            "Under selection = first: sketches per question the LLM completes (best first); "
+            "the later candidates are completed by the sketch models alone. Each costs "
+            "seconds on a CPU."
         ),
     )
     unguided: bool = field(
         default=True,
         metadata=_doc(
-            "Whether the LLM's own query, written from the question and schema without a "
-            "sketch, is one more candidate, tried after the LLM's sketch completions."
+            "Under selection = first: whether the LLM's own query, written from the question "
+            "and schema without a sketch, is one more candidate, tried after the LLM's sketch "
+            "completions."
         ),
     )
     base_url: str = field(

@@ -53,8 +53,9 @@ from typing import Any, Protocol
 from pglast import ast
 from pglast.enums import A_Expr_Kind, BoolExprType
 
-from proxy.config import Settings
-from proxy.nl2sql.answer import Answer, AnswerError, TraceRow
+from proxy.config import ConfigError, Settings
+from proxy.nl2sql.agreement import FIRST, LLM_FIRST, SELECTIONS, same_result
+from proxy.nl2sql.answer import Answer, AnswerError, Outcome, TraceRow
 from proxy.nl2sql.calibrate import (
     Calibration,
     DatabaseCatalog,
@@ -99,7 +100,17 @@ from proxy.valueindex.lookup import ValueIndex
 
 log = logging.getLogger(__name__)
 
-STAGES = ("schema", "lookup", "sketch", "values", "complete", "check", "calibrate", "execute")
+STAGES = (
+    "schema",
+    "lookup",
+    "sketch",
+    "values",
+    "complete",
+    "check",
+    "calibrate",
+    "execute",
+    "select",
+)
 
 NO_ANSWER = "NL001"
 """SQLSTATE: no candidate query ran (implementation-defined class NL)."""
@@ -199,6 +210,19 @@ class _Step:
 
     outcome: str = "interrupted"
     note: str = ""  # the trace's calibration column: corrections, moved predicates
+
+
+ANSWERED: Outcome = "answered"
+FALLBACK: Outcome = "fallback"
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """The candidate a selection chose, how, and the NOTICE that goes with it."""
+
+    candidate: _Candidate
+    outcome: Outcome
+    notice: str = ""
 
 
 @dataclass
@@ -383,6 +407,11 @@ class Pipeline:
         embedder: Embedder | None,
         llm: LLM | None = None,
     ) -> None:
+        if settings.llm.selection not in SELECTIONS:
+            raise ConfigError(
+                f"[llm] selection must be one of {', '.join(SELECTIONS)}, "
+                f"not {settings.llm.selection!r}"
+            )
         self.settings = settings
         self.sketcher = sketcher
         self.embedder = embedder
@@ -425,6 +454,7 @@ class _Run:
         self._typed = question_literals(question)
         self._last_error = ""
         self._llm_completions = 0  # sketches the LLM completed for this question
+        self._selection = pipeline.settings.llm.selection
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -516,6 +546,25 @@ class _Run:
                 )
                 return
             step.outcome = f"{len(sketches)} sketches"
+        chosen = self._search(sketches)
+        if self.llm is not None and self._selection == LLM_FIRST:
+            chosen = self._llm_first(chosen, sketches)
+        if chosen is None:
+            return
+        result.error = None
+        result.sql, result.rows = chosen.candidate.sql, chosen.candidate.rows
+        result.outcome = chosen.outcome
+        if chosen.notice:
+            self.notice(chosen.notice)
+        log.debug(
+            "chose candidate %d (%s): %s", chosen.candidate.number, chosen.outcome, result.sql
+        )
+
+    def _search(self, sketches: Sequence[Sketch]) -> _Chosen | None:
+        """The candidates in order, the first whose result passes the checks; else the best
+        partial answer, a relaxed one, or one that ran with no values (None, with the error
+        set, when none ran)."""
+        result = self.result
         fallback: _Candidate | None = None
         # answered, but leaves out a value or a "not" the question gave, only shows the value
         # it asks by, or counts groups of one row
@@ -538,8 +587,7 @@ class _Run:
                     and not ignores_a_negation(self.question, candidate.sql)
                     and not counts_single_rows(candidate.sql, self._schema)
                 ):
-                    self._choose(candidate, "answered")
-                    return
+                    return _Chosen(candidate, ANSWERED)
                 partial = partial or candidate
                 continue
             fallback = fallback or candidate
@@ -554,11 +602,9 @@ class _Run:
                     continue
                 tried.add(candidate.sql)
                 if self._check(candidate) and _has_values(candidate.rows):
-                    self._choose(candidate, "answered")
-                    return
+                    return _Chosen(candidate, ANSWERED)
         if partial is not None:
-            self._choose(partial, "answered")
-            return
+            return _Chosen(partial, ANSWERED)
         for candidate in unfilled:
             # No candidate answered, and these had a WHERE condition the question gave no
             # value for ("Show all the grades of the high schoolers" under a sketch that filters
@@ -572,19 +618,19 @@ class _Run:
                     continue
                 self._calibrate(relaxed)
                 if _has_values(relaxed.rows):
-                    self._choose(relaxed, "answered")
-                    self.notice(
+                    return _Chosen(
+                        relaxed,
+                        ANSWERED,
                         "pgnl: the question names no value for a condition its sketch asked "
-                        f"for ({left_out}); the condition is left out"
+                        f"for ({left_out}); the condition is left out",
                     )
-                    return
         if fallback is not None:
-            self._choose(fallback, "fallback")
-            self.notice(
+            return _Chosen(
+                fallback,
+                FALLBACK,
                 "pgnl: no candidate query returned rows with values; the best one that ran "
-                "is shown (its result is empty or all NULL)"
+                "is shown (its result is empty or all NULL)",
             )
-            return
         last = result.candidates[-1] if result.candidates else ""
         result.error = AnswerError(
             NO_ANSWER,
@@ -594,23 +640,76 @@ class _Run:
             "or write the SQL; -- nl explain: shows every candidate",
             detail=f"last SQL tried: {last}" if last else "",
         )
+        return None
+
+    def _llm_first(self, seed: _Chosen | None, sketches: Sequence[Sketch]) -> _Chosen | None:
+        """Selection `llm-first`: the LLM's own query, written with the values of the columns
+        the sketch models' answer `seed` names, run (an error fed back) and calibrated, is the
+        answer when it returns values and holds every value the question typed that `seed`
+        holds; else `seed`. Whether the two agree is in the trace."""
+        if not sketches:
+            return seed
+        answered = seed.candidate if seed is not None and seed.outcome == ANSWERED else None
+        if answered is not None:
+            self._samples_for(answered)  # the values of its columns, for the LLM's prompt
+        sketch = seed.candidate.sketch if seed is not None else sketches[0]
+        own = self._opinion(_Candidate(UNGUIDED, sketch, unguided=True))
+        with self.stage("select") as step:
+            if own is None or not _has_values(own.rows):
+                step.outcome = "the sketch models' answer: the LLM's own query " + (
+                    "returned no values" if own is not None else "did not run"
+                )
+                return seed
+            if (
+                answered is not None
+                and not self._uses_every_literal(own)
+                and self._uses_every_literal(answered)
+            ):
+                step.outcome = (
+                    "the sketch models' answer: the LLM's own query leaves out a value the "
+                    "question typed"
+                )
+                return seed
+            if answered is None:
+                step.outcome = "the LLM's own query: the sketch models found no answer"
+            elif same_result(own.rows, answered.rows):
+                step.outcome = (
+                    f"the LLM's own query, which agrees with the sketch models' answer "
+                    f"(candidate {answered.number})"
+                )
+            else:
+                step.outcome = (
+                    f"the LLM's own query; the sketch models' answer (candidate "
+                    f"{answered.number}) returns other rows"
+                )
+                step.note = _one_line(answered.sql)
+        return _Chosen(own, ANSWERED)
+
+    def _opinion(self, candidate: _Candidate) -> _Candidate | None:
+        """The LLM's own query for the candidate, run (with feedback on an error) and
+        calibrated; None when the LLM gave none, or none that ran."""
+        if not self._complete_unguided(candidate) or not self._check(candidate):
+            return None
+        self._calibrate(candidate)
+        return candidate
 
     def _candidates(self, sketches: Sequence[Sketch]) -> Iterator[_Candidate]:
         """The ranked sketches ([pipeline] max_candidates), with the LLM's own query ([llm]
         unguided) after the sketches the LLM completes ([llm] max_completions), while it
         answers."""
         settings = self.pipeline.settings.llm
+        llm = self._search_llm
         unguided_due = settings.unguided
         for number, sketch in enumerate(sketches[: self.settings.max_candidates], start=1):
             if (
                 unguided_due
-                and self.llm is not None
+                and llm is not None
                 and self._llm_completions >= settings.max_completions
             ):
                 unguided_due = False
                 yield _Candidate(UNGUIDED, sketches[0], unguided=True)
             yield _Candidate(number, sketch)
-        if unguided_due and self.llm is not None and sketches:
+        if unguided_due and llm is not None and sketches:
             yield _Candidate(UNGUIDED, sketches[0], unguided=True)
 
     def _relaxed(self, candidate: _Candidate) -> Iterator[tuple[_Candidate, str]]:
@@ -658,11 +757,11 @@ class _Run:
                 return False
         return True
 
-    def _choose(self, candidate: _Candidate, outcome: str) -> None:
-        self.result.sql = candidate.sql
-        self.result.rows = candidate.rows
-        self.result.outcome = "answered" if outcome == "answered" else "fallback"
-        log.debug("chose candidate %d (%s): %s", candidate.number, outcome, candidate.sql)
+    @property
+    def _search_llm(self) -> LLM | None:
+        """The LLM the candidate search asks: none under selection `llm-first`, where the search
+        is the sketch models' own answer and the LLM is asked after it (`_llm_first`)."""
+        return self.llm if self._selection == FIRST else None
 
     # ------------------------------------------------------------ completion
 
@@ -670,7 +769,7 @@ class _Run:
         if candidate.unguided:
             return self._complete_unguided(candidate)
         if (
-            self.llm is not None
+            self._search_llm is not None
             and self._llm_completions < self.pipeline.settings.llm.max_completions
         ):
             self._llm_completions += 1

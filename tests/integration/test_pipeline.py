@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from benchmarks.spider_pg import load_database
-from proxy.config import LLMSettings, Settings
+from proxy.config import ConfigError, LLMSettings, Settings
 from proxy.migrate import migrate
 from proxy.nl2sql.answer import Answer
 from proxy.nl2sql.database import PsycopgDatabase
@@ -85,11 +85,14 @@ def ask(dsn: str, question: str) -> Answer:
         return load_pipeline(settings()).answer(question, PsycopgDatabase(conn))
 
 
-@pytest.fixture
-def llm_pipeline(llm_server: ScriptedLLM) -> Iterator[Pipeline]:
+def scripted_pipeline(llm_server: ScriptedLLM, selection: str) -> Iterator[Pipeline]:
     chosen = settings(max_candidates=2)
     chosen.llm = LLMSettings(
-        base_url=llm_server.base_url, model="scripted", timeout_s=1.0, deadline_s=2.5
+        base_url=llm_server.base_url,
+        model="scripted",
+        timeout_s=1.0,
+        deadline_s=2.5,
+        selection=selection,
     )
     llm = BlockingLLM.start(chosen.llm)
     assert llm is not None
@@ -98,6 +101,18 @@ def llm_pipeline(llm_server: ScriptedLLM) -> Iterator[Pipeline]:
         yield load_pipeline(chosen, llm)
     finally:
         llm.close()
+
+
+@pytest.fixture
+def llm_pipeline(llm_server: ScriptedLLM) -> Iterator[Pipeline]:
+    """The pipeline as shipped: selection llm-first."""
+    yield from scripted_pipeline(llm_server, "llm-first")
+
+
+@pytest.fixture
+def first_pipeline(llm_server: ScriptedLLM) -> Iterator[Pipeline]:
+    """ZeroNL2SQL's selection: the LLM completes the sketches, the first that answers wins."""
+    yield from scripted_pipeline(llm_server, "first")
 
 
 # ---------------------------------------------------------------- PLM-only
@@ -420,12 +435,73 @@ def test_llm_query_is_chosen(
     assert len(llm_server.requests) == 1
 
 
+def test_the_llms_own_query_wins_over_the_sketch_models_answer(
+    llm_pipeline: Pipeline, llm_server: ScriptedLLM, university: str, conn: psycopg.Connection[Any]
+) -> None:
+    question = "how many students live in new york?"
+    plm = ask(university, question)
+    assert plm.sql is not None and plm.rows
+    other = "SELECT count(*) FROM students"
+    assert rows_of(university, other) != plm.rows
+    llm_server.script(other)
+    answer = llm_pipeline.answer(question, PsycopgDatabase(conn))
+    assert answer.sql == other and answer.outcome == "answered"
+    assert len(llm_server.requests) == 1
+    # the sketch models answered first (milliseconds), then the LLM: its trace says so
+    steps = [(r.stage, r.candidate, r.outcome) for r in answer.trace]
+    assert steps.index(("complete", 1, "PLM")) < steps.index(
+        ("complete", 0, "LLM, without the sketch")
+    )
+    select = next(r for r in answer.trace if r.stage == "select")
+    assert "returns other rows" in select.outcome and plm.sql in select.calibration
+    # the LLM's prompt carried values of the columns the sketch models' answer named
+    assert "<sample_values>" in llm_server.last.content("user")
+    # the same rows as the sketch models': they agree
+    llm_server.script(plm.sql)
+    answer = llm_pipeline.answer(question, PsycopgDatabase(conn))
+    select = next(r for r in answer.trace if r.stage == "select")
+    assert answer.rows == plm.rows and "agrees with the sketch models' answer" in select.outcome
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "SELECT count(*) FROM students WHERE home_city = 'Atlantis'",  # no rows
+        "SELECT NULL FROM students",  # no values
+        "SELECT count(*) FROM students",  # leaves out the typed 'New York'
+        "SELECT no_such_column FROM students",  # does not run, nor after the correction
+    ],
+)
+def test_the_sketch_models_answer_stands_when_the_llms_query_has_nothing(
+    llm_pipeline: Pipeline,
+    llm_server: ScriptedLLM,
+    university: str,
+    conn: psycopg.Connection[Any],
+    reply: str,
+) -> None:
+    question = "how many students live in 'New York'?"
+    plm = ask(university, question)
+    assert plm.sql is not None and "New York" in plm.sql
+    llm_server.script(then=reply)
+    answer = llm_pipeline.answer(question, PsycopgDatabase(conn))
+    assert answer.sql == plm.sql and answer.rows == plm.rows and answer.outcome == "answered"
+    assert reply in answer.candidates
+    select = next(r for r in answer.trace if r.stage == "select")
+    assert select.outcome.startswith("the sketch models' answer"), select
+
+
+def test_an_unknown_selection_is_a_clear_error(llm_server: ScriptedLLM) -> None:
+    with pytest.raises(ConfigError, match=r"\[llm\] selection must be one of llm-first, first"):
+        next(scripted_pipeline(llm_server, "vote"))
+
+
 def test_a_candidate_that_leaves_out_a_typed_value_gives_way(
-    llm_pipeline: Pipeline, llm_server: ScriptedLLM, conn: psycopg.Connection[Any]
+    first_pipeline: Pipeline, llm_server: ScriptedLLM, conn: psycopg.Connection[Any]
 ) -> None:
     everyone = "SELECT count(*) FROM students"
     boston = "SELECT count(*) FROM students WHERE home_city = 'Boston'"
     question = "how many students are from 'Boston'?"
+    llm_pipeline = first_pipeline
     llm_server.script(everyone, boston)
     answer = llm_pipeline.answer(question, PsycopgDatabase(conn))
     assert answer.candidates == [everyone, boston]
@@ -460,7 +536,7 @@ def test_misspelt_literal_is_calibrated_and_fed_back(
     assert answer.rows == rows_of(university, right) and ("Ward",) in answer.rows
     # the value is in the column the LLM named: calibration's SQL runs, the LLM is not asked again
     assert len(llm_server.requests) == 1
-    calibrate = [row for row in answer.trace if row.stage == "calibrate"]
+    calibrate = [row for row in answer.trace if row.stage == "calibrate" and row.candidate == 0]
     assert "'Timmothy' -> 'Timmy'" in calibrate[0].calibration
 
 
@@ -490,7 +566,7 @@ def test_invalid_sql_is_repaired_by_the_feedback_round(
 
 
 def test_a_stalled_llm_falls_back_to_plm_only(
-    llm_pipeline: Pipeline, llm_server: ScriptedLLM, conn: psycopg.Connection[Any]
+    llm_pipeline: Pipeline, llm_server: ScriptedLLM, university: str, conn: psycopg.Connection[Any]
 ) -> None:
     llm_server.script(then=Stall(30))
     start = time.monotonic()
@@ -498,10 +574,12 @@ def test_a_stalled_llm_falls_back_to_plm_only(
     assert time.monotonic() - start < 10
     assert answer.outcome == "answered" and answer.sql is not None
     assert any("LLM (scripted) failed" in notice for notice in answer.notices)
+    # the sketch models' answer, found before the LLM was asked, stands
     assert [r.outcome for r in answer.trace if r.stage == "complete"][:2] == [
-        next(r.outcome for r in answer.trace if r.outcome.startswith("LLM failed")),
         "PLM",
+        next(r.outcome for r in answer.trace if r.outcome.startswith("LLM failed")),
     ]
+    assert answer.sql == ask(university, "how many students are from new york?").sql
 
 
 def test_http_500s_fall_back_to_plm_only(
@@ -515,10 +593,10 @@ def test_http_500s_fall_back_to_plm_only(
 
 
 def test_no_candidate_runs_gives_an_error_with_the_last_sql(
-    llm_pipeline: Pipeline, llm_server: ScriptedLLM, conn: psycopg.Connection[Any]
+    first_pipeline: Pipeline, llm_server: ScriptedLLM, conn: psycopg.Connection[Any]
 ) -> None:
     llm_server.script(then="SELECT no_such_column FROM students")
-    answer = llm_pipeline.answer("what is the airspeed of a swallow?", PsycopgDatabase(conn))
+    answer = first_pipeline.answer("what is the airspeed of a swallow?", PsycopgDatabase(conn))
     assert answer.sql is None and answer.outcome == "failed"
     assert answer.error is not None and answer.error.sqlstate == NO_ANSWER
     assert "42703" in answer.error.message and "no_such_column" in answer.error.detail
