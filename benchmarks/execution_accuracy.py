@@ -24,13 +24,17 @@
      alone, "LLM alone MODEL": the LLM's own query only, written from the question and the schema
      without a sketch (the pipeline's unguided candidate, number 0): PGNL_PIPELINE_MAX_CANDIDATES=0
      (no sketch is tried, so no PLM-only candidate either), PGNL_LLM_UNGUIDED=true,
-     PGNL_PIPELINE_FEEDBACK_ROUNDS=0 and PGNL_CALIBRATION_THRESHOLD=2 (no similarity reaches 2, so
-     calibration corrects no literal and asks the LLM for no rewrite: [calibration] has no switch
-     of its own, and its look-ups still run, in the trace's calibrate stage);
-     full, "full MODEL": the whole pipeline, the LLM completing the best [llm] max_completions
-     sketches, then writing its own query, then PLM-only completion for the other sketches, with
-     the [pipeline] and [llm] settings of the environment (the defaults unless PGNL_* variables
-     say otherwise; the report's mode line gives them).
+     PGNL_LLM_SELECTION=first, PGNL_PIPELINE_FEEDBACK_ROUNDS=0 and PGNL_CALIBRATION_THRESHOLD=2
+     (no similarity reaches 2, so calibration corrects no literal and asks the LLM for no
+     rewrite: [calibration] has no switch of its own, and its look-ups still run, in the trace's
+     calibrate stage);
+     full, "full MODEL": the whole pipeline with the [pipeline] and [llm] settings of the
+     environment (the defaults unless PGNL_* variables say otherwise; the report's mode line
+     gives them): by default [llm] selection llm-first, the sketch models' answer, then the
+     LLM's own query with the values of that answer's columns, corrected and calibrated, the
+     answer when it returns values; PGNL_LLM_SELECTION=first measures ZeroNL2SQL's order (the
+     LLM completing the best [llm] max_completions sketches, then its own query, then PLM-only
+     completion for the other sketches, the first that passes the checks).
    A mode's proxy starts when the mode has a first question to ask (never, when a checkpoint
    holds all of them), and first answers warm-up questions, not measured: PLM-only and LLM, one
    per database, so that loading the models and introspecting a schema are not charged to the
@@ -677,12 +681,22 @@ def describe(spec: ModeSpec, environ: Mapping[str, str]) -> str:
             + ", ".join(f"{k}={v}" for k, v in ALONE_SETTINGS.items())
             + ")"
         )
+    rounds = (
+        f"{pipeline.feedback_rounds} feedback round(s), calibration threshold "
+        f"{settings.calibration.threshold:g}"
+    )
+    if llm.selection == "llm-first":
+        return (
+            f"the embedded LLM {label} in the whole pipeline (PGNL_LLM_PROVIDER=embedded, "
+            "selection llm-first): the sketch models' answer, then the LLM's own query, which "
+            f"is the answer when it returns values; {rounds}"
+        )
     return (
-        f"the embedded LLM {label} in the whole pipeline (PGNL_LLM_PROVIDER=embedded): it "
-        f"completes the best {llm.max_completions} of {pipeline.max_candidates} sketches"
+        f"the embedded LLM {label} in the whole pipeline (PGNL_LLM_PROVIDER=embedded, "
+        f"selection {llm.selection}): it completes the best {llm.max_completions} of "
+        f"{pipeline.max_candidates} sketches"
         + (", then writes its own query" if llm.unguided else "")
-        + f"; PLM-only completion for the rest; {pipeline.feedback_rounds} feedback round(s), "
-        f"calibration threshold {settings.calibration.threshold:g}"
+        + f"; PLM-only completion for the rest; {rounds}"
     )
 
 
