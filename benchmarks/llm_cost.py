@@ -6,10 +6,11 @@
 For each model: the embedded server is started as `pgnl serve` starts it (`EmbeddedLLM`), and
 Spider dev questions of a few databases (`--databases` drawn at random, `--questions` each) are
 asked with the pipeline's own unguided prompt (`prompts.unguided_completion`: instructions,
-schema, question), database by database as a user's questions come. Each question is asked
-twice, side by side: once as it is, so that the server reuses the KV cache of the previous
-prompt's common prefix (the instructions and, after a database's first question, its schema),
-and once with a different first character of the instructions, so that nothing is reused.
+schema, question). Each question is asked twice in one run: first all of them in turn,
+database by database as a user's questions come, so that the server reuses the KV cache of
+the previous prompt's common prefix (the instructions and, after a database's first question,
+its schema); then each behind a beginning of its own (its number before the instructions), so
+that nothing is reused (the server keeps only the last prompt's state).
 Printed per model: load time, resident memory of the server process (VmRSS) after the run, p50
 latency of both forms and their ratio, and p50 prompt and completion tokens. Progress goes to
 stderr.
@@ -57,10 +58,11 @@ def resident_mib(pid: int) -> float:
     return 0.0
 
 
-def uncached(messages: list[Message]) -> list[Message]:
-    """The same prompt, its first character changed, so no prefix of it is in the cache."""
+def uncached(messages: list[Message], number: int) -> list[Message]:
+    """The same prompt behind a beginning of its own (`number`), so that no prefix of it is in
+    the cache: the server keeps the last prompt's state only."""
     system = messages[0]
-    return [replace(system, content="-" + system.content), *messages[1:]]
+    return [replace(system, content=f"{number}. {system.content}"), *messages[1:]]
 
 
 def timed(llm: BlockingLLM, messages: list[Message]) -> Timed | None:
@@ -95,17 +97,16 @@ def measure(model: str, asked: Sequence[tuple[str, str]]) -> dict[str, float]:
         loop_llm = BlockingLLM.start(replace(client, provider="openai"))
         assert loop_llm is not None
         llm = loop_llm
-        reused: list[Timed] = []
-        fresh: list[Timed] = []
-        for number, (db, question) in enumerate(asked, 1):
-            messages = unguided_completion(question, schemas[db])
-            # The uncached form first, so the cached one follows the same database's prompt.
-            cold = timed(llm, uncached(messages))
-            warm = timed(llm, messages)
-            if cold is not None and warm is not None:
-                fresh.append(cold)
-                reused.append(warm)
-            progress(f"[{model} {number}/{len(asked)}] {db}: {question}")
+        prompts = [unguided_completion(question, schemas[db]) for db, question in asked]
+        # First every question as a user's come, database by database, so that each reuses the
+        # previous prompt's prefix; then every question again behind a beginning of its own.
+        warm = [timed(llm, messages) for messages in prompts]
+        progress(f"[{model}] {len(asked)} questions asked in turn (prefix reused)")
+        cold = [timed(llm, uncached(messages, n)) for n, messages in enumerate(prompts, 1)]
+        progress(f"[{model}] {len(asked)} questions asked alone (nothing reused)")
+        pairs = [(c, w) for c, w in zip(cold, warm, strict=True) if c and w]
+        fresh = [c for c, _ in pairs]
+        reused = [w for _, w in pairs]
         rss = resident_mib(server.pid)
     finally:
         if llm is not None:
