@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -179,9 +180,15 @@ def cmd_migrate(settings: config.Settings, args: argparse.Namespace) -> int:
 
     from proxy.migrate import MigrationError, migrate
 
+    config_file = args.config or os.environ.get("PGNL_CONFIG")
+    skipped: dict[str, str] = {}
     try:
         with psycopg.connect(args.dsn, autocommit=True) as conn:
-            applied = migrate(conn)
+            applied = migrate(
+                conn,
+                config_file=os.path.abspath(config_file) if config_file else None,
+                skipped=skipped,
+            )
     except MigrationError as exc:
         print(f"pgnl: {exc}", file=sys.stderr)
         return 1
@@ -192,6 +199,8 @@ def cmd_migrate(settings: config.Settings, args: argparse.Namespace) -> int:
         print(f"applied {len(applied)} migration(s): {', '.join(applied)}")
     else:
         print("nothing to apply: the database is up to date")
+    for name, reason in skipped.items():
+        print(f"not applied: {name}: {reason}")
     return 0
 
 

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
+import sys
+import sysconfig
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +40,8 @@ FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 LOCK_CLASS = 0x70676E6C
 MIGRATE_LOCK = 1
 PGVECTOR_MINIMUM = (0, 8, 0)
+OPTIONAL = "-- optional:"
+SQL_FUNCTIONS = "0008_sql_functions"
 PGVECTOR_INSTALL = (
     "install pgvector 0.8 or later on the server (https://github.com/pgvector/pgvector"
     "#installation; Debian/Ubuntu: apt install postgresql-<major>-pgvector), or use pgnl's "
@@ -56,6 +61,14 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
+
+    @property
+    def optional(self) -> str | None:
+        """What an optional migration needs (its first line, `-- optional: ...`), else None.
+        One that fails is left unapplied, with the reason, and tried again on the next run;
+        no later migration may depend on it."""
+        first = self.sql.split("\n", 1)[0]
+        return first.removeprefix(OPTIONAL).strip() if first.startswith(OPTIONAL) else None
 
 
 def shipped_migrations() -> list[Migration]:
@@ -237,13 +250,44 @@ def _failure(migration: Migration, exc: psycopg.Error) -> MigrationError:
     return MigrationError(f"migration {migration.name} failed and was rolled back: {diag}{detail}")
 
 
+def pgnl_site_dirs() -> list[str]:
+    """The folders this pgnl and its packages are installed in (for the server's Python)."""
+    found = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]
+    return list(dict.fromkeys(os.path.abspath(d) for d in found))
+
+
+def _set_up_sql_functions(conn: psycopg.Connection[Any], config_file: str | None) -> None:
+    """Record where pgnl is and which settings file to read, then import it in the server: an
+    error here (ERROR 58000 saying what to install) leaves the functions uninstalled."""
+    for position, folder in enumerate(pgnl_site_dirs()):
+        conn.execute(
+            "INSERT INTO nl.plpython_path (position, dir) VALUES (%s, %s)", [position, folder]
+        )
+    conn.execute(
+        "UPDATE nl.plpython_setup SET python = %s, config_file = %s",
+        [sys.executable, config_file],
+    )
+    row = conn.execute("SELECT nl.pgnl_import()").fetchone()
+    log.info("SQL functions: %s", row[0] if row else "")
+
+
+_SET_UP = {SQL_FUNCTIONS: _set_up_sql_functions}
+"""Steps that follow a migration's SQL in its transaction, with facts only pgnl knows."""
+
+
 def migrate(
-    conn: psycopg.Connection[Any], migrations: Sequence[Migration] | None = None
+    conn: psycopg.Connection[Any],
+    migrations: Sequence[Migration] | None = None,
+    *,
+    config_file: str | None = None,
+    skipped: dict[str, str] | None = None,
 ) -> list[str]:
     """Apply the migrations not yet applied to the connection's database; return their names.
 
-    `migrations` defaults to the files shipped with pgnl. The connection must not be inside a
-    transaction; its autocommit setting is restored afterwards.
+    `migrations` defaults to the files shipped with pgnl. An optional migration that fails is
+    left out, its reason put in `skipped` (name → reason) and logged. `config_file` is the
+    settings file the SQL functions read (None: their defaults). The connection must not be
+    inside a transaction; its autocommit setting is restored afterwards.
     """
     chosen = list(shipped_migrations() if migrations is None else migrations)
     applied_now: list[str] = []
@@ -285,12 +329,26 @@ def migrate(
                                 "SELECT set_config('search_path', %s, true)", [search_path]
                             )
                         conn.execute(migration.sql.encode())
+                        if (set_up := _SET_UP.get(migration.name)) is not None:
+                            set_up(conn, config_file)
                         conn.execute(
                             "INSERT INTO nl.schema_migrations (name, checksum) VALUES (%s, %s)",
                             [migration.name, migration.checksum],
                         )
                 except psycopg.Error as exc:
-                    raise _failure(migration, exc) from exc
+                    if migration.optional is None:
+                        raise _failure(migration, exc) from exc
+                    reason = " ".join(
+                        part
+                        for part in (exc.diag.message_primary or str(exc), exc.diag.message_hint)
+                        if part
+                    )
+                    log.warning(
+                        "migration %s left out (%s): %s", migration.name, migration.optional, reason
+                    )
+                    if skipped is not None:
+                        skipped[migration.name] = reason
+                    continue
                 log.info("applied migration %s", migration.name)
                 applied_now.append(migration.name)
     return applied_now

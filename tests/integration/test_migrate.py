@@ -13,6 +13,7 @@ import pytest
 from psycopg import sql
 
 from proxy.migrate import (
+    SQL_FUNCTIONS,
     ExtensionState,
     Migration,
     MigrationError,
@@ -207,7 +208,10 @@ def test_a_database_owner_migrates_once_a_superuser_installed_pgvector(
         conn.execute("CREATE EXTENSION vector")
         conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO scram_user").format(sql.Identifier(db)))
     with connect(postgres, db, user="scram_user") as conn:
-        assert migrate(conn) == SHIPPED
+        skipped: dict[str, str] = {}
+        # the SQL functions need plpython3u, which only a superuser may create: left for later
+        assert migrate(conn, skipped=skipped) == [m for m in SHIPPED if m != SQL_FUNCTIONS]
+        assert list(skipped) == [SQL_FUNCTIONS] and "superuser" in skipped[SQL_FUNCTIONS]
         owner = conn.execute(
             "SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = 'nl.value_index'::regclass"
         ).fetchone()

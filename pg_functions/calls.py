@@ -1,0 +1,295 @@
+"""What `nl.sql`, `nl.ask` and `nl.explain` do, called from their PL/Python bodies with `plpy`.
+
+The backend runs none of the pipeline itself: it starts a pgnl worker on its first call
+(`worker`: the Python that ran `pgnl migrate`, reading the settings file it was given) and
+serves the worker's queries, each through `PlpyDatabase`, so each runs as the caller's own role
+(SECURITY INVOKER: grants and row-level security hold). An answer's queries run inside one
+subtransaction that is made read-only and always rolled back, so the caller's transaction is
+exactly as it was, writable if it was. The proxy's errors are raised with the same SQLSTATE,
+message, detail and hint.
+
+While the worker thinks, the backend checks for a cancel (statement_timeout, pg_cancel_backend,
+Ctrl-C) every `POLL_S`; a cancelled call stops its worker, and the next call starts a new one.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+from proxy.directives import MAX_QUESTION_CHARS, PROGRAM_LIMIT_EXCEEDED, SYNTAX_ERROR
+from proxy.nl2sql.answer import Answer, AnswerError
+
+from .channel import receive, send
+from .plpy_database import Cancelled, Plpy, PlpyDatabase, bind
+
+MODELS_UNAVAILABLE = "58000"
+PROHIBITED_STATEMENT = "2F003"
+INTERNAL_ERROR = "XX000"
+POLL_S = 0.2
+"""How often a backend waiting for its worker checks whether the call was cancelled."""
+
+# The worker's start: the folders of nl.plpython_path first (pgnl's own installation, which the
+# server's Python may run when it is the same Python version), then that Python's own.
+_BOOT = """\
+import os, runpy, site, sys
+before = list(sys.path)
+for folder in os.environ.pop("PGNL_SITE_DIRS", "").split(os.pathsep):
+    if folder:
+        site.addsitedir(folder)
+sys.path[:] = [p for p in sys.path if p not in before] + before
+runpy.run_module("proxy.pg_functions.worker", run_name="__main__", alter_sys=True)
+"""
+
+
+class _Worker:
+    """This backend's worker process (None until the first call, and after one is stopped)."""
+
+    process: subprocess.Popen[bytes] | None = None
+    where = ""
+
+
+_WORKER = _Worker()
+
+
+class _RollBack(Exception):
+    """Ends the read-only subtransaction of an answer: its work is always undone."""
+
+
+def raise_error(plpy: Plpy, error: AnswerError) -> NoReturn:
+    """Raise `error` from the function, as the proxy sends it."""
+    fields: dict[str, str] = {"sqlstate": error.sqlstate}
+    if error.detail:
+        fields["detail"] = error.detail
+    if error.hint:
+        fields["hint"] = error.hint
+    plpy.error(error.message, **fields)
+    raise AssertionError("plpy.error returned")  # it raises plpy.Error
+
+
+# ---------------------------------------------------------------- the worker
+
+
+def _stop_worker() -> None:
+    process, _WORKER.process = _WORKER.process, None
+    if process is not None:
+        process.kill()
+        process.wait()
+
+
+def _receive(plpy: Plpy, worker: subprocess.Popen[bytes]) -> tuple[Any, ...]:
+    """The worker's next message; meanwhile a cancel of the call ends the wait (and the worker)."""
+    assert worker.stdout is not None
+    fd = worker.stdout.fileno()
+    while True:
+        readable, _, _ = select.select([fd], [], [], POLL_S)
+        if readable:
+            try:
+                return receive(fd)
+            except EOFError:
+                code = worker.wait()
+                _stop_worker()
+                raise_error(
+                    plpy,
+                    AnswerError(
+                        MODELS_UNAVAILABLE,
+                        f"pgnl's worker ended (exit code {code})",
+                        hint="The server's log says why; the next call starts a new one.",
+                    ),
+                )
+        try:
+            plpy.execute("SELECT 1")  # raises here when the call was cancelled
+        except BaseException:
+            _stop_worker()
+            raise
+
+
+def worker(plpy: Plpy) -> tuple[subprocess.Popen[bytes], str]:
+    """This backend's worker, started on first use, and where its pgnl was found."""
+    running = _WORKER.process
+    if running is not None and running.poll() is None:
+        return running, _WORKER.where
+    rows = plpy.execute("SELECT python, config_file FROM nl.plpython_setup")
+    python = rows[0]["python"] if rows.nrows() else None
+    config_file = rows[0]["config_file"] if rows.nrows() else None
+    if not python or not os.access(python, os.X_OK):
+        python = sys.executable  # the server's own Python
+    found = plpy.execute("SELECT dir FROM nl.plpython_path ORDER BY position")
+    folders = [row["dir"] for row in found]
+    command = [python, "-c", _BOOT]
+    if config_file:
+        command += ["--config", config_file]
+    environment = dict(os.environ, PGNL_SITE_DIRS=os.pathsep.join(folders))
+    try:
+        process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment
+        )
+    except OSError as exc:
+        raise_error(
+            plpy,
+            AnswerError(
+                MODELS_UNAVAILABLE,
+                f"pgnl's worker could not be started with {python}: {exc}",
+                hint="Run pgnl migrate again with the pgnl the server's account may run.",
+            ),
+        )
+    _WORKER.process = process
+    first = _receive(plpy, process)
+    if first[0] != "ready":
+        _stop_worker()
+        raise_error(plpy, AnswerError(first[1], first[2], hint=first[3]))
+    _WORKER.where = str(first[1])
+    return process, _WORKER.where
+
+
+def where(plpy: Plpy) -> str:
+    """`nl.pgnl_import()`: start the worker (so its models load) and say where pgnl is."""
+    return worker(plpy)[1]
+
+
+# ---------------------------------------------------------------- one answer
+
+
+def _question(plpy: Plpy, function: str, text: str | None) -> str:
+    question = " ".join((text or "").split())
+    if not question:
+        raise_error(
+            plpy,
+            AnswerError(
+                SYNTAX_ERROR,
+                f"{function} was given no question",
+                hint=f"Pass the question as text, e.g. SELECT {function}('how many "  # noqa: S608
+                "students are from new york?');",
+            ),
+        )
+    if len(question) > MAX_QUESTION_CHARS:
+        raise_error(
+            plpy,
+            AnswerError(
+                PROGRAM_LIMIT_EXCEEDED,
+                f"the question is {len(question)} characters long; "
+                f"a question may be at most {MAX_QUESTION_CHARS} characters",
+                hint="Shorten the question: ask for what you need in a sentence or two.",
+            ),
+        )
+    return question
+
+
+@contextmanager
+def read_only(plpy: Plpy) -> Iterator[None]:
+    """A subtransaction that may not write and is always rolled back."""
+    try:
+        with plpy.subtransaction():
+            plpy.execute("SET LOCAL transaction_read_only = on")
+            yield
+            raise _RollBack
+    except _RollBack:
+        pass
+
+
+def _serve(plpy: Plpy, question: str) -> tuple[Answer, str | None]:
+    """Ask the worker, running each query it sends; the answer and why its SQL may not run."""
+    process, _ = worker(plpy)
+    assert process.stdin is not None
+    channel = process.stdin.fileno()
+    db = PlpyDatabase(plpy)
+    finished = False  # the worker is done with this question
+    try:
+        send(channel, ("answer", question))
+        while True:
+            message = _receive(plpy, process)
+            if message[0] == "answered":
+                return message[1], message[2]
+            if message[0] == "failed":
+                finished = True
+                raise_error(plpy, AnswerError(message[1], message[2], hint=message[3]))
+            try:
+                rows = db.fetch(message[1], message[2])
+            except Cancelled as exc:
+                raise exc.error from None
+            except plpy.SPIError as exc:
+                send(channel, ("error", getattr(exc, "sqlstate", None), str(exc)))
+            else:
+                send(channel, ("rows", rows))
+    except BaseException:
+        if not finished:  # it may still be answering, out of step with the next call
+            _stop_worker()
+        raise
+
+
+def _answer(plpy: Plpy, function: str, text: str | None) -> tuple[Answer, str | None]:
+    question = _question(plpy, function, text)
+    with read_only(plpy):
+        answer, refused = _serve(plpy, question)
+    _log(plpy, answer, function)
+    for notice in answer.notices:
+        plpy.notice(notice)
+    return answer, refused
+
+
+def _chosen_sql(plpy: Plpy, answer: Answer, refused: str | None) -> str:
+    """The answer's SQL, or the error that says why there is none."""
+    if answer.sql is None or answer.error is not None:
+        raise_error(
+            plpy,
+            answer.error
+            or AnswerError(
+                INTERNAL_ERROR,
+                "pgnl found no SQL for the question",
+                hint="Rephrase the question, naming the tables and columns it is about.",
+            ),
+        )
+    if refused is not None:
+        raise_error(
+            plpy,
+            AnswerError(
+                PROHIBITED_STATEMENT,
+                f"pgnl refused to run the SQL it generated: {refused}",
+                hint="pgnl runs a single read-only query for a question; ask for data to read.",
+                detail=answer.sql,
+            ),
+        )
+    return answer.sql
+
+
+def _log(plpy: Plpy, answer: Answer, function: str) -> None:
+    """Record the answer in nl.query_log, where the caller's transaction may write."""
+    from proxy.nl2sql.querylog import insert_statement
+
+    statement, params = insert_statement(answer, function)
+    try:
+        with plpy.subtransaction():
+            plpy.execute(bind(statement, params, plpy.quote_literal))
+    except plpy.SPIError:
+        pass  # a read-only transaction: the answer never depends on its record
+
+
+# ---------------------------------------------------------------- the functions
+
+
+def sql(plpy: Plpy, question: str | None) -> str:
+    """`nl.sql(question)`: the chosen SQL."""
+    return _chosen_sql(plpy, *_answer(plpy, "nl.sql", question))
+
+
+def ask(plpy: Plpy, question: str | None) -> list[str]:
+    """`nl.ask(question)`: the chosen SQL's rows, one JSON object each (as jsonb text)."""
+    query = _chosen_sql(plpy, *_answer(plpy, "nl.ask", question))
+    body = query.rstrip().removesuffix(";")
+    with read_only(plpy):
+        rows = plpy.execute(f"SELECT to_jsonb(q)::text AS row FROM (\n{body}\n) AS q")  # noqa: S608
+        found = [str(row["row"]) for row in rows]
+    return found
+
+
+def explain(plpy: Plpy, question: str | None) -> list[tuple[Any, ...]]:
+    """`nl.explain(question)`: the trace, a row a step, as `-- nl explain:` shows it."""
+    answer, _ = _answer(plpy, "nl.explain", question)
+    if answer.error is not None:
+        plpy.notice(f"pgnl found no SQL for the question: {answer.error.message}")
+    return [row.values() for row in answer.trace]
