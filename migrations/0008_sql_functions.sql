@@ -91,7 +91,7 @@ $fn$;
 CREATE FUNCTION nl.pgnl_reraise(state text, message text, detail text, hint text)
 RETURNS void LANGUAGE plpgsql AS $fn$
 DECLARE
-    text_only text := regexp_replace(message, '^(plpy\.Error|spiexceptions\.[A-Za-z]+): ', '');
+    text_only text := regexp_replace(message, '^((plpy\.Error|spiexceptions\.[A-Za-z]+): )+', '');
 BEGIN
     IF coalesce(detail, '') = '' AND coalesce(hint, '') = '' THEN
         RAISE EXCEPTION USING ERRCODE = state, MESSAGE = text_only;
