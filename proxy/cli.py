@@ -127,27 +127,50 @@ DEMO_QUESTIONS = (
 """Printed by `pgnl demo` to paste into psql (checked against the sample by test_demo)."""
 
 
-def index_sample(embedded: EmbeddedPostgres, database: str, settings: config.Settings) -> None:
-    """Migrate the demo database and build (or refresh) its value index, showing progress."""
+DEMO_FUNCTION_CALL = "SELECT * FROM nl.ask('how many students are from new york?')"
+"""The SQL-function call `pgnl demo` prints to paste (checked by test_demo)."""
+
+
+def index_sample(
+    embedded: EmbeddedPostgres, database: str, settings: config.Settings, config_file: str | None
+) -> str:
+    """Migrate the demo database and build (or refresh) its value index, showing progress; the
+    line that says how to call the SQL functions, or why they are not there."""
     import psycopg
 
-    from proxy.migrate import migrate
+    from proxy.migrate import SQL_FUNCTIONS, migrate
     from proxy.runtime import load_embedder
     from proxy.valueindex import build_index
 
+    skipped: dict[str, str] = {}
     with psycopg.connect(embedded.dsn(database), autocommit=True) as conn:
-        migrate(conn)
+        migrate(conn, config_file=_config_file(config_file), skipped=skipped)
         report = build_index(conn, load_embedder(settings.runtime), settings.index, progress=True)
+        installed = conn.execute(
+            "SELECT 1 FROM nl.schema_migrations WHERE name = %s", [SQL_FUNCTIONS]
+        ).fetchone()
     log.info("value index: %s", report.summary().splitlines()[0])
+    if installed is None:
+        return f"SQL functions: not installed: {skipped.get(SQL_FUNCTIONS, 'see pgnl migrate')}"
+    e = settings.embedded
+    dsn = f"postgresql://{e.user}:{e.password}@127.0.0.1:{embedded.port}/{database}"
+    return f"Or straight on PostgreSQL, no proxy: psql '{dsn}' -c \"{DEMO_FUNCTION_CALL}\""
 
 
-def cmd_demo(settings: config.Settings) -> int:
+def _config_file(given: str | None) -> str | None:
+    """The settings file given to pgnl (--config, else $PGNL_CONFIG) as an absolute path: the
+    one the SQL functions' workers read."""
+    chosen = given or os.environ.get("PGNL_CONFIG")
+    return os.path.abspath(chosen) if chosen else None
+
+
+def cmd_demo(settings: config.Settings, config_file: str | None = None) -> int:
     describe_provider(settings.llm)  # a bad [llm] provider fails before anything starts
     embedded = EmbeddedPostgres(settings.embedded)
     embedded.start()
     try:
         load_sample(embedded, settings.demo.database)
-        index_sample(embedded, settings.demo.database, settings)
+        functions_line = index_sample(embedded, settings.demo.database, settings, config_file)
         upstream = Upstream("127.0.0.1", embedded.port)
         e = settings.embedded
 
@@ -158,6 +181,7 @@ def cmd_demo(settings: config.Settings) -> int:
             for question in DEMO_QUESTIONS:
                 print(f"  {question}", flush=True)
             print(describe_provider(settings.llm), flush=True)
+            print(functions_line, flush=True)
 
         _run(lambda: _serve_until_stopped(settings, upstream, announce, preload=True))
     finally:
@@ -180,15 +204,10 @@ def cmd_migrate(settings: config.Settings, args: argparse.Namespace) -> int:
 
     from proxy.migrate import MigrationError, migrate
 
-    config_file = args.config or os.environ.get("PGNL_CONFIG")
     skipped: dict[str, str] = {}
     try:
         with psycopg.connect(args.dsn, autocommit=True) as conn:
-            applied = migrate(
-                conn,
-                config_file=os.path.abspath(config_file) if config_file else None,
-                skipped=skipped,
-            )
+            applied = migrate(conn, config_file=_config_file(args.config), skipped=skipped)
     except MigrationError as exc:
         print(f"pgnl: {exc}", file=sys.stderr)
         return 1
@@ -379,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     handlers: dict[str, Callable[[config.Settings], int]] = {
         "serve": cmd_serve,
-        "demo": cmd_demo,
+        "demo": lambda settings: cmd_demo(settings, args.config),
         "config": cmd_config,
         "migrate": lambda settings: cmd_migrate(settings, args),
         "index": lambda settings: cmd_index(settings, args),

@@ -1,0 +1,171 @@
+"""What the SQL functions cost beside the proxy: `nl.sql` called in the database, and the same
+question as an `nl show:` directive through `pgnl serve`, in one run.
+
+    python -m benchmarks.sql_functions [--repeat 5]
+
+One run starts an embedded PostgreSQL of its own (temporary data directory, free port), loads
+the demo database, migrates it (with the SQL functions) and indexes it, and starts `pgnl serve`
+in front of it. Then, for each of the two ways:
+
+- first call: a new connection's first question (for the functions, the backend starts its
+  worker, which loads the models; the proxy loaded its models when it started, so its first
+  call is close to a warm one);
+- warm calls: the demo's questions, `--repeat` times, the two ways taking turns question by
+  question so that whatever else the machine does is shared between them.
+
+It prints the latencies (p50, p95, mean of the warm calls), their ratio, and the memory (RSS)
+of the backend and of its worker after the calls. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchmarks.proxy_overhead import Service, free_port, progress, start_pgnl
+from proxy.embedded import EmbeddedPostgres
+from proxy.migrate import SQL_FUNCTIONS, migrate
+from proxy.runtime import load_embedder
+from proxy.valueindex import build_index
+
+DATABASE = "demo"
+QUESTIONS = (
+    "how many students are from new york?",
+    "what is the name of the department with the largest budget?",
+    "show the first and last names of students from boston",
+    "which course has the highest score for timmothy ward?",
+    "how many courses does each department offer?",
+)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def timed(call: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    call()
+    return (time.perf_counter() - start) * 1000
+
+
+def function_call(conn: psycopg.Connection[Any], question: str) -> Callable[[], Any]:
+    return lambda: conn.execute("SELECT nl.sql(%s)", [question]).fetchone()
+
+
+def directive_call(conn: psycopg.Connection[Any], question: str) -> Callable[[], Any]:
+    return lambda: conn.execute(f"/* nl show: {question} */;").fetchall()
+
+
+def set_up(server: EmbeddedPostgres) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {DATABASE}")
+    skipped: dict[str, str] = {}
+    with psycopg.connect(server.dsn(DATABASE), autocommit=True) as conn:
+        conn.execute(resources.files("proxy.demo").joinpath("sample.sql").read_text().encode())
+        migrate(conn, skipped=skipped)
+        build_index(conn, load_embedder(), progress=False)
+    if SQL_FUNCTIONS in skipped:
+        raise SystemExit(f"the SQL functions could not be installed: {skipped[SQL_FUNCTIONS]}")
+
+
+def summary(name: str, first: float, warm: list[float]) -> list[str]:
+    ordered = sorted(warm)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return [
+        name,
+        f"{first:.0f}",
+        f"{statistics.median(warm):.1f}",
+        f"{p95:.1f}",
+        f"{statistics.fmean(warm):.1f}",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sql_functions")
+    parser.add_argument("--repeat", type=int, default=5, help="warm rounds of the questions")
+    args = parser.parse_args(argv)
+    with (
+        tempfile.TemporaryDirectory(prefix="pgnl-bench-") as scratch,
+        contextlib.ExitStack() as stack,
+    ):
+        base = Path(scratch)
+        server = EmbeddedPostgres.throwaway(base, "pgnl-bench-functions", free_port())
+        stack.callback(server.drop)
+        progress(f"starting the embedded PostgreSQL on 127.0.0.1:{server.port}")
+        server.start({"fsync": "off", "log_min_messages": "warning"})
+        progress("loading, migrating and indexing the demo database")
+        set_up(server)
+        pgnl: Service = start_pgnl(base, server.port, stack)
+        password = server.settings.password
+        direct = psycopg.connect(server.dsn(DATABASE), autocommit=True)
+        proxied = psycopg.connect(
+            f"postgresql://{server.settings.user}:{password}@127.0.0.1:{pgnl.port}/{DATABASE}",
+            autocommit=True,
+        )
+        stack.callback(direct.close)
+        stack.callback(proxied.close)
+        backend = direct.execute("SELECT pg_backend_pid()").fetchone()
+        assert backend is not None
+        progress("first calls")
+        first_function = timed(function_call(direct, QUESTIONS[0]))
+        first_proxy = timed(directive_call(proxied, QUESTIONS[0]))
+        warm: dict[str, list[float]] = {"nl.sql": [], "nl show: (proxy)": []}
+        for round_number in range(args.repeat):
+            progress(f"warm round {round_number + 1} of {args.repeat}")
+            for i, question in enumerate(QUESTIONS):
+                ways = [
+                    ("nl.sql", function_call(direct, question)),
+                    ("nl show: (proxy)", directive_call(proxied, question)),
+                ]
+                if (i + round_number) % 2:
+                    ways.reverse()
+                for name, call in ways:
+                    warm[name].append(timed(call))
+        workers = children(backend[0])
+        backend_rss = rss_mib(backend[0])
+        worker_rss = sum(rss_mib(pid) for pid in workers)
+        proxy_rss = rss_mib(pgnl.process.pid)
+    rows = [
+        ["way", "first call ms", "warm p50 ms", "warm p95 ms", "warm mean ms"],
+        summary("nl.sql", first_function, warm["nl.sql"]),
+        summary("nl show: (proxy)", first_proxy, warm["nl show: (proxy)"]),
+    ]
+    print(f"SQL functions beside the proxy, {len(QUESTIONS)} questions x {args.repeat} rounds\n")
+    print("| " + " | ".join(rows[0]) + " |")
+    print("|" + "---|" * len(rows[0]))
+    for row in rows[1:]:
+        print("| " + " | ".join(row) + " |")
+    ratio = statistics.median(warm["nl.sql"]) / statistics.median(warm["nl show: (proxy)"])
+    print(
+        f"\nwarm p50 nl.sql / proxy: {ratio:.2f}; memory after the calls: backend "
+        f"{backend_rss:.0f} MiB, its worker{'s' if len(workers) != 1 else ''} "
+        f"{worker_rss:.0f} MiB; the proxy {proxy_rss:.0f} MiB"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
