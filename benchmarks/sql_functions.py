@@ -13,6 +13,10 @@ in front of it. Then, for each of the two ways:
 - warm calls: the demo's questions, `--repeat` times, the two ways taking turns question by
   question so that whatever else the machine does is shared between them.
 
+Both ways answer with the sketch models alone (`PGNL_LLM_PROVIDER=none` for the server and the
+proxy this run starts): the functions' workers never start the embedded LLM, so the proxy's
+would measure the LLM, not the two ways of reaching the pipeline.
+
 It prints the latencies (p50, p95, mean of the warm calls), their ratio, and the memory (RSS)
 of the backend and of its worker after the calls. Progress goes to stderr.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import sys
 import tempfile
@@ -32,7 +37,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.proxy_overhead import Service, free_port, progress, start_pgnl
+from benchmarks.proxy_overhead import Service, progress, start_pgnl, start_postgres
 from proxy.embedded import EmbeddedPostgres
 from proxy.migrate import SQL_FUNCTIONS, migrate
 from proxy.runtime import load_embedder
@@ -107,15 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sql_functions")
     parser.add_argument("--repeat", type=int, default=5, help="warm rounds of the questions")
     args = parser.parse_args(argv)
+    os.environ["PGNL_LLM_PROVIDER"] = "none"  # inherited by the server, its workers and pgnl
     with (
         tempfile.TemporaryDirectory(prefix="pgnl-bench-") as scratch,
         contextlib.ExitStack() as stack,
     ):
         base = Path(scratch)
-        server = EmbeddedPostgres.throwaway(base, "pgnl-bench-functions", free_port())
-        stack.callback(server.drop)
-        progress(f"starting the embedded PostgreSQL on 127.0.0.1:{server.port}")
-        server.start({"fsync": "off", "log_min_messages": "warning"})
+        server = start_postgres(base, stack)
         progress("loading, migrating and indexing the demo database")
         set_up(server)
         pgnl: Service = start_pgnl(base, server.port, stack)
