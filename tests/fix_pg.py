@@ -17,6 +17,7 @@ import itertools
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -54,6 +55,23 @@ def table_checksum(dsn: str) -> str:
         row = conn.execute(_CHECKSUM).fetchone()
         assert row is not None
         return str(row[0])
+
+
+def closed_to_the_server() -> list[str]:
+    """Folders on the way to pgnl's installation that the server's account may not enter, when
+    it is another account (tests as root run PostgreSQL as `pgnl`): the SQL functions cannot be
+    installed then, and `pgnl migrate` says so."""
+    from proxy.migrate import pgnl_site_dirs
+
+    if os.geteuid() != 0:
+        return []
+    closed = []
+    for folder in map(Path, pgnl_site_dirs()):
+        for part in [*reversed(folder.parents), folder]:
+            if part.exists() and not part.stat().st_mode & stat.S_IXOTH:
+                closed.append(str(part))
+                break
+    return closed
 
 
 def free_port() -> int:

@@ -21,7 +21,7 @@ from proxy.cli import DEMO_FUNCTION_CALL, DEMO_QUESTIONS
 from proxy.config import load
 from proxy.embedded import EmbeddedError, EmbeddedPostgres
 from proxy.llm_server import embedded_available
-from tests.fix_pg import free_port
+from tests.fix_pg import closed_to_the_server, free_port
 
 
 @pytest.fixture
@@ -106,26 +106,22 @@ def test_demo_prints_ready_answers_sql_and_stops_on_ctrl_c(demo_env: dict[str, s
         assert printed[-1].startswith(expected), printed[-1]
         # the SQL functions' line: a psql command to paste, straight to the embedded server
         functions_line = process.stdout.readline().strip()
-        assert functions_line.startswith("Or straight on PostgreSQL, no proxy: psql '")
-        server_dsn = functions_line.split("'")[1]
-        assert f":{demo_env['PGNL_EMBEDDED_PORT']}/" in server_dsn
-        pasted = subprocess.run(
-            [
-                "psql",
-                "-X",
-                "-At",
-                server_dsn,
-                "-c",
-                DEMO_FUNCTION_CALL,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert pasted.returncode == 0, pasted.stderr
-        counted = direct(dsn, "SELECT count(*) FROM students WHERE home_city = 'New York'")
-        assert json.loads(pasted.stdout) == {"count": int(counted[0][0])}
+        if functions_line.startswith("SQL functions: not installed") and closed_to_the_server():
+            pass  # the server's account may not read pgnl's installation: said, not installed
+        else:
+            assert functions_line.startswith("Or straight on PostgreSQL, no proxy: psql '")
+            server_dsn = functions_line.split("'")[1]
+            assert f":{demo_env['PGNL_EMBEDDED_PORT']}/" in server_dsn
+            pasted = subprocess.run(
+                ["psql", "-X", "-At", server_dsn, "-c", DEMO_FUNCTION_CALL],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert pasted.returncode == 0, pasted.stderr
+            counted = direct(dsn, "SELECT count(*) FROM students WHERE home_city = 'New York'")
+            assert json.loads(pasted.stdout) == {"count": int(counted[0][0])}
         answers = paste_into_psql(dsn, DEMO_QUESTIONS)
         assert answers[0] == direct(
             dsn, "SELECT count(*) FROM students WHERE home_city = 'New York'"

@@ -12,9 +12,7 @@ out of its string changes nothing; a server Python that cannot import pgnl is to
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import stat
 import subprocess
 import threading
 import time
@@ -28,10 +26,10 @@ import psycopg
 import pytest
 from psycopg import errors, sql
 
-from proxy.migrate import SQL_FUNCTIONS, migrate, pgnl_site_dirs
+from proxy.migrate import SQL_FUNCTIONS, migrate
 from proxy.runtime import load_embedder
 from proxy.valueindex import build_index
-from tests.fix_pg import Postgres, table_checksum
+from tests.fix_pg import Postgres, closed_to_the_server, table_checksum
 
 pytestmark = pytest.mark.integration
 
@@ -43,15 +41,6 @@ FUNCTIONS_JAVA = Path(__file__).parent / "jdbc" / "Functions.java"
 
 NEW_YORK = "how many students are from new york?"
 BOSTON = "show the first and last names of students from boston"
-
-
-def _unreadable_to_others(folder: str) -> str | None:
-    """The first folder on the way to `folder` that another account may not enter, if any."""
-    path = Path(folder)
-    for part in [*reversed(path.parents), path]:
-        if part.exists() and not part.stat().st_mode & stat.S_IXOTH:
-            return str(part)
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +57,7 @@ def demo(postgres: Postgres) -> Iterator[str]:
             migrate(conn, skipped=skipped)
             build_index(conn, load_embedder(), progress=False)
         if SQL_FUNCTIONS in skipped:
-            closed = [f for d in pgnl_site_dirs() if (f := _unreadable_to_others(d))]
-            if os.geteuid() == 0 and closed:  # the server runs as another account
+            if closed := closed_to_the_server():
                 pytest.skip(f"the server's account may not read pgnl's installation: {closed}")
             pytest.fail(f"the SQL functions were not installed: {skipped[SQL_FUNCTIONS]}")
         yield dsn
