@@ -43,16 +43,16 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 import psycopg
 from psycopg import errors
 
 from proxy.config import IndexSettings
-from proxy.migrate import advisory_lock, autocommit
 from proxy.valueindex.common import (
     EMBEDDING_DIMENSION,
+    INSUFFICIENT_PRIVILEGE,
     MEDIUM_GRAPH,
     ColumnRef,
     Embedder,
@@ -64,6 +64,11 @@ from proxy.valueindex.common import (
     graph_memory_mb,
     normalise,
     quote_ident,
+)
+from proxy.valueindex.connection import (
+    IndexConnection,
+    PsycopgIndexConnection,
+    ValueRow,
 )
 from proxy.valueindex.progress import Progress
 from proxy.valueindex.scan import (
@@ -159,8 +164,8 @@ def fingerprint(values: ColumnValues) -> str:
     return digest.hexdigest()
 
 
-def _check_ready(conn: psycopg.Connection[Any], embedder: Embedder) -> None:
-    row = conn.execute(
+def _check_ready(conn: IndexConnection, embedder: Embedder) -> None:
+    found = conn.rows(
         """
         SELECT c.relowner = r.oid OR r.rolsuper OR r.rolbypassrls,
                pg_catalog.pg_get_userbyid(c.relowner), current_user,
@@ -171,16 +176,18 @@ def _check_ready(conn: psycopg.Connection[Any], embedder: Embedder) -> None:
           FROM pg_catalog.pg_class c, pg_catalog.pg_roles r
          WHERE c.oid = to_regclass('nl.value_index') AND r.rolname = current_user
         """
-    ).fetchone()
-    if row is None:
+    )
+    if not found:
         raise ValueIndexError(
             "this database has no value index (nl.value_index): run pgnl migrate first"
         )
-    sees_all, owner, role, may_write, dimension = row
+    sees_all, owner, role, may_write, dimension = found[0]
     if not (sees_all and may_write):
         raise ValueIndexError(
-            f"role {role} may not write the value index: run pgnl index as {owner} (the owner "
-            "of nl.value_index, who ran pgnl migrate) or as a superuser"
+            f"role {role} may not write the value index: run pgnl index (or call "
+            f"nl.refresh_index) as {owner} (the owner of nl.value_index, who ran pgnl migrate) "
+            "or as a superuser",
+            INSUFFICIENT_PRIVILEGE,
         )
     if embedder.dimension != dimension or dimension != EMBEDDING_DIMENSION:
         raise ValueIndexError(
@@ -189,11 +196,11 @@ def _check_ready(conn: psycopg.Connection[Any], embedder: Embedder) -> None:
         )
 
 
-def _stored_columns(conn: psycopg.Connection[Any]) -> dict[ColumnRef, _Stored]:
-    rows = conn.execute(
+def _stored_columns(conn: IndexConnection) -> dict[ColumnRef, _Stored]:
+    rows = conn.rows(
         "SELECT schema_name, table_name, column_name, schema_oid, table_oid, column_attnum, "
         "fingerprint, embedder, value_count FROM nl.value_index_columns"
-    ).fetchall()
+    )
     return {
         ColumnRef(s, t, c): _Stored(int(so), int(to), int(a), fp, e, int(n))
         for s, t, c, so, to, a, fp, e, n in rows
@@ -201,7 +208,7 @@ def _stored_columns(conn: psycopg.Connection[Any]) -> dict[ColumnRef, _Stored]:
 
 
 def _read_table(
-    conn: psycopg.Connection[Any], columns: Sequence[ColumnInfo], settings: IndexSettings
+    conn: IndexConnection, columns: Sequence[ColumnInfo], settings: IndexSettings
 ) -> list[ColumnValues | str | _Unreadable]:
     """Each of one table's columns' values, or why it is skipped (its sample is not names), or
     why it could not be read; the columns are read in one transaction (a new one after a column
@@ -211,7 +218,7 @@ def _read_table(
     while len(outcomes) < len(columns):
         try:
             with conn.transaction():
-                conn.execute(
+                conn.rows(
                     "SELECT set_config('row_security', 'off', true), "
                     "set_config('lock_timeout', %s, true)",
                     [LOCK_TIMEOUT],
@@ -251,19 +258,7 @@ def _unreadable(exc: psycopg.DatabaseError) -> _Unreadable:
     return _Unreadable(f"reading it failed ({message}); its previous entries are kept", keep=True)
 
 
-# COPY's binary format (PostgreSQL documentation, "COPY — Binary Format"): writing the 384
-# floats of an embedding as text costs more than computing it.
-_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
-_COPY_TRAILER = struct.pack("!h", -1)
 _VECTOR_HEAD = struct.Struct("!HH")
-_FIELD_LENGTH = struct.Struct("!i")
-
-
-def _binary_copy_row(fields: Sequence[bytes]) -> bytes:
-    out = [struct.pack("!h", len(fields))]
-    for data in fields:
-        out += [_FIELD_LENGTH.pack(len(data)), data]
-    return b"".join(out)
 
 
 @dataclass
@@ -283,7 +278,7 @@ class _Change:
 
 
 def _plan_column(
-    conn: psycopg.Connection[Any],
+    conn: IndexConnection,
     column: ColumnInfo,
     values: ColumnValues,
     *,
@@ -297,11 +292,11 @@ def _plan_column(
         {}
         if index_empty
         else dict(
-            conn.execute(
+            conn.rows(
                 "SELECT value, frequency FROM nl.value_index "
                 "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
                 names,
-            ).fetchall()
+            )
         )
     )
     reembed = stored is not None and stored.embedder != signature
@@ -448,26 +443,20 @@ class _Embedding:
 
 
 def _write_group(
-    conn: psycopg.Connection[Any], changes: Sequence[_Change], vectors: Sequence[bytes]
+    conn: IndexConnection, changes: Sequence[_Change], vectors: Sequence[bytes]
 ) -> None:
     """Bring a group of columns' rows up to date in one transaction, their new values'
     embeddings given (in the order of the changes and of their new values): the new rows in one
-    COPY, the columns' bookkeeping in one statement."""
-    rows: list[bytes] = []
+    insert, the columns' bookkeeping in one statement."""
+    rows: list[ValueRow] = []
     offset = 0
-    with conn.transaction(), conn.cursor() as cur:
+    with conn.transaction():
         for change in changes:
-            _update_column(cur, change)
-            rows += _copy_rows(change, vectors[offset : offset + len(change.new_values)])
+            _update_column(conn, change)
+            rows += _value_rows(change, vectors[offset : offset + len(change.new_values)])
             offset += len(change.new_values)
-        if rows:
-            with cur.copy(
-                "COPY nl.value_index (schema_name, table_name, column_name, schema_oid, "
-                "table_oid, column_attnum, value, normalised, frequency, embedding) "
-                "FROM STDIN (FORMAT binary)"
-            ) as copy:
-                copy.write(_COPY_HEADER + b"".join(rows) + _COPY_TRAILER)
-        cur.execute(
+        conn.insert_values(rows)
+        conn.run(
             """
             INSERT INTO nl.value_index_columns AS c
                    (schema_name, table_name, column_name, schema_oid, table_oid, column_attnum,
@@ -497,26 +486,26 @@ def _write_group(
         )
 
 
-def _update_column(cur: psycopg.Cursor[Any], change: _Change) -> None:
+def _update_column(conn: IndexConnection, change: _Change) -> None:
     """Delete a column's vanished (or re-embedded) rows and update its moved counts."""
     column = change.column
     ref = column.ref
     names = [ref.schema, ref.table, ref.column]
     if change.reembed:
-        cur.execute(
+        conn.run(
             "DELETE FROM nl.value_index "
             "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
             names,
         )
     if change.gone:
-        cur.execute(
+        conn.run(
             "DELETE FROM nl.value_index WHERE schema_name = %s AND table_name = %s "
             "AND column_name = %s AND value = ANY (%s)",
             [*names, change.gone],
         )
     if change.updated:
         current = dict(change.values.values)
-        cur.execute(
+        conn.run(
             """
             UPDATE nl.value_index v
                SET frequency = u.n, schema_oid = %s, table_oid = %s, column_attnum = %s
@@ -535,52 +524,47 @@ def _update_column(cur: psycopg.Cursor[Any], change: _Change) -> None:
         )
 
 
-def _copy_rows(change: _Change, vectors: Sequence[bytes]) -> list[bytes]:
-    """A column's new values as rows of a binary COPY into nl.value_index."""
+def _value_rows(change: _Change, vectors: Sequence[bytes]) -> list[ValueRow]:
+    """A column's new values as rows of nl.value_index."""
     column = change.column
     ref = column.ref
     current = dict(change.values.values)
-    source = [
-        ref.schema.encode(),
-        ref.table.encode(),
-        ref.column.encode(),
-        struct.pack("!I", column.schema_oid),
-        struct.pack("!I", column.table_oid),
-        struct.pack("!h", column.attnum),
-    ]
     return [
-        _binary_copy_row(
-            [
-                *source,
-                value.encode(),
-                normalise(value).encode(),
-                struct.pack("!q", current[value]),
-                vector,
-            ]
+        ValueRow(
+            ref.schema,
+            ref.table,
+            ref.column,
+            column.schema_oid,
+            column.table_oid,
+            column.attnum,
+            value,
+            normalise(value),
+            current[value],
+            vector,
         )
         for value, vector in zip(change.new_values, vectors, strict=True)
     ]
 
 
-def _remove_column(conn: psycopg.Connection[Any], ref: ColumnRef) -> int:
+def _remove_column(conn: IndexConnection, ref: ColumnRef) -> int:
     names = [ref.schema, ref.table, ref.column]
     with conn.transaction():
-        removed = conn.execute(
+        removed = conn.run(
             "DELETE FROM nl.value_index "
             "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
             names,
-        ).rowcount
-        conn.execute(
+        )
+        conn.run(
             "DELETE FROM nl.value_index_columns "
             "WHERE schema_name = %s AND table_name = %s AND column_name = %s",
             names,
         )
-    return max(removed, 0)
+    return removed
 
 
-def _mark_checked(conn: psycopg.Connection[Any], refs: Sequence[ColumnRef]) -> None:
+def _mark_checked(conn: IndexConnection, refs: Sequence[ColumnRef]) -> None:
     if refs:
-        conn.execute(
+        conn.run(
             """
             UPDATE nl.value_index_columns c SET checked_at = now()
               FROM unnest(%s::text[], %s::text[], %s::text[]) AS u(s, t, n)
@@ -600,32 +584,32 @@ def _embedding_index_sql(graph: HnswGraph) -> str:
     )
 
 
-def _held_values(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT count(*) FROM nl.value_index").fetchone()
-    return int(row[0]) if row else 0
+def _held_values(conn: IndexConnection) -> int:
+    found = conn.rows("SELECT count(*) FROM nl.value_index")
+    return int(found[0][0]) if found else 0
 
 
-def _built_with(conn: psycopg.Connection[Any]) -> tuple[int, int] | None:
+def _built_with(conn: IndexConnection) -> tuple[int, int] | None:
     """(m, ef_construction) the HNSW index was built with (None: it is not there)."""
-    row = conn.execute(
+    found = conn.rows(
         "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass(%s)",
         [f"nl.{EMBEDDING_INDEX}"],
-    ).fetchone()
-    if row is None:
+    )
+    if not found:
         return None
-    options = dict(str(option).split("=", 1) for option in row[0])
+    options = dict(str(option).split("=", 1) for option in found[0][0])
     return (
         int(options.get("m", MEDIUM_GRAPH.m)),
         int(options.get("ef_construction", MEDIUM_GRAPH.ef_construction)),
     )
 
 
-def _set_ef_search(conn: psycopg.Connection[Any], graph: HnswGraph) -> None:
+def _set_ef_search(conn: IndexConnection, graph: HnswGraph) -> None:
     """Make the semantic look-up search this graph with its ef_search (inside the transaction
     that builds the graph, so that the two change together)."""
     try:
         with conn.transaction():
-            conn.execute(
+            conn.run(
                 f"ALTER FUNCTION nl.search_semantic(text, integer, text, text, text) "
                 f"SET hnsw.ef_search = {int(graph.ef_search)}".encode()
             )
@@ -638,14 +622,14 @@ def _set_ef_search(conn: psycopg.Connection[Any], graph: HnswGraph) -> None:
 
 
 def _restore_deferred(
-    conn: psycopg.Connection[Any], progress: Progress, settings: IndexSettings, report: BuildReport
+    conn: IndexConnection, progress: Progress, settings: IndexSettings, report: BuildReport
 ) -> None:
     """Build again the search indexes a bulk refresh dropped (also one that was interrupted);
     the HNSW graph with the parameters for the number of values now held (report.graph)."""
     started = time.monotonic()
-    pending = conn.execute(
+    pending = conn.rows(
         "SELECT index_name, definition FROM nl.value_index_deferred ORDER BY index_name"
-    ).fetchall()
+    )
     built = None
     values = _held_values(conn) if pending else 0
     memory_mb = graph_memory_mb(values)
@@ -658,37 +642,37 @@ def _restore_deferred(
         else:
             progress.note(f"building index {name}")
         with conn.transaction():
-            conn.execute(f"SET LOCAL maintenance_work_mem = '{memory_mb}MB'".encode())
-            conn.execute(definition.encode())
+            conn.run(f"SET LOCAL maintenance_work_mem = '{memory_mb}MB'".encode())
+            conn.run(definition.encode())
             if built is not None and name == EMBEDDING_INDEX:
                 _set_ef_search(conn, built)
-            conn.execute("DELETE FROM nl.value_index_deferred WHERE index_name = %s", [name])
+            conn.run("DELETE FROM nl.value_index_deferred WHERE index_name = %s", [name])
         report.graph = built or report.graph
     if pending:
         report.index_seconds += time.monotonic() - started
 
 
-def _defer_search_indexes(conn: psycopg.Connection[Any], only: str | None = None) -> None:
+def _defer_search_indexes(conn: IndexConnection, only: str | None = None) -> None:
     """Drop the HNSW and trigram indexes (or just the one named), keeping their definitions to
     build them again."""
     with conn.transaction():
-        indexes = conn.execute(
+        indexes = conn.rows(
             "SELECT i.relname, pg_get_indexdef(i.oid) FROM pg_index x "
             "JOIN pg_class i ON i.oid = x.indexrelid "
             "WHERE x.indrelid = 'nl.value_index'::regclass AND NOT x.indisprimary "
             "AND (%s::text IS NULL OR i.relname = %s::text)",
             [only, only],
-        ).fetchall()
+        )
         for name, definition in indexes:
-            conn.execute(
+            conn.run(
                 "INSERT INTO nl.value_index_deferred (index_name, definition) VALUES (%s, %s)",
                 [name, definition],
             )
-            conn.execute(f"DROP INDEX nl.{quote_ident(str(name))}".encode())
+            conn.run(f"DROP INDEX nl.{quote_ident(str(name))}".encode())
 
 
 def _read_changes(
-    conn: psycopg.Connection[Any],
+    conn: IndexConnection,
     eligible: Sequence[ColumnInfo],
     *,
     stored: dict[ColumnRef, _Stored],
@@ -727,7 +711,7 @@ def _read_changes(
 
 
 def _changed(
-    conn: psycopg.Connection[Any],
+    conn: IndexConnection,
     column: ColumnInfo,
     outcome: ColumnValues | str | _Unreadable,
     *,
@@ -772,91 +756,100 @@ def _changed(
 
 
 def build_index(
-    conn: psycopg.Connection[Any],
+    conn: psycopg.Connection[Any] | IndexConnection,
     embedder: Embedder,
     settings: IndexSettings | None = None,
     progress: bool | TextIO = True,
+    *,
+    only_schemas: Sequence[str] = (),
 ) -> BuildReport:
     """Build the value index of the connection's database, or bring it up to date.
 
     Run it as the role that ran `pgnl migrate` (the owner of nl.value_index) or a superuser.
     `progress`: True draws the progress line on stderr, a stream draws it there, False nothing.
-    The connection must not be inside a transaction; its autocommit setting is restored.
+    A psycopg connection must not be inside a transaction; its autocommit setting is restored.
+    `only_schemas`: refresh these schemas' columns and leave the others' entries as they are
+    (the default: the schemas of `settings`, and the entries of any other schema are removed).
     """
     settings = settings or IndexSettings()
+    if only_schemas:
+        settings = replace(settings, schemas=",".join(only_schemas))
+    if isinstance(conn, psycopg.Connection):
+        conn = PsycopgIndexConnection(conn)
     stream: TextIO | None = sys.stderr if progress is True else progress or None
     report = BuildReport()
     started = time.monotonic()
-    with autocommit(conn, "pgnl index"):
+    with conn.job("pgnl index", INDEX_LOCK):
         _check_ready(conn, embedder)
         signature = embedder_signature(embedder)
-        with advisory_lock(conn, INDEX_LOCK):
-            columns = discover_columns(conn, settings)
-            stored = _stored_columns(conn)
-            report.columns_scanned = len(columns)
-            eligible = [column for column in columns if column.skip_reason is None]
-            report.skipped = {
-                column.ref: column.skip_reason
-                for column in columns
-                if column.skip_reason is not None
-            }
-            tracker = Progress(stream, len(eligible))
-            kept: set[ColumnRef] = set()
-            embedding = _Embedding(embedder, settings.batch_size)
-            try:
-                _restore_deferred(conn, tracker, settings, report)
-                held = _held_values(conn)  # only this build writes the index meanwhile (the lock)
-                # First read every column, so that the whole refresh's size is known before a
-                # row is written (the embedder starts on the new values meanwhile); then write
-                # the columns that changed.
-                changes = _read_changes(
-                    conn,
-                    eligible,
-                    stored=stored,
-                    signature=signature,
-                    settings=settings,
-                    progress=tracker,
-                    report=report,
-                    kept=kept,
-                    embedding=embedding,
-                    index_empty=held == 0,
+        columns = discover_columns(conn, settings)
+        stored = {
+            ref: entry
+            for ref, entry in _stored_columns(conn).items()
+            if not only_schemas or ref.schema in only_schemas
+        }
+        report.columns_scanned = len(columns)
+        eligible = [column for column in columns if column.skip_reason is None]
+        report.skipped = {
+            column.ref: column.skip_reason for column in columns if column.skip_reason is not None
+        }
+        tracker = Progress(stream, len(eligible))
+        kept: set[ColumnRef] = set()
+        embedding = _Embedding(embedder, settings.batch_size)
+        try:
+            _restore_deferred(conn, tracker, settings, report)
+            held = _held_values(conn)  # only this build writes the index meanwhile (the lock)
+            # First read every column, so that the whole refresh's size is known before a
+            # row is written (the embedder starts on the new values meanwhile); then write
+            # the columns that changed.
+            changes = _read_changes(
+                conn,
+                eligible,
+                stored=stored,
+                signature=signature,
+                settings=settings,
+                progress=tracker,
+                report=report,
+                kept=kept,
+                embedding=embedding,
+                index_empty=held == 0,
+            )
+            coming = sum(len(change.new_values) for change in changes)
+            if coming and (held == 0 or coming >= max(settings.bulk_min_values, held)):
+                report.bulk = True
+                _defer_search_indexes(conn)
+            for group, vectors in embedding.groups():
+                tracker.embedded(len(vectors))
+                tracker.column_started(group[0].column.ref)
+                _write_group(conn, group, vectors)
+                for change in group:
+                    report.values_embedded += len(change.new_values)
+                    report.values_removed += len(change.gone) + change.replaced
+                    written = report.added if change.stored is None else report.changed
+                    written.append(change.column.ref)
+                    tracker.column_done()
+            report.values_reused = embedding.reused
+            _mark_checked(conn, report.unchanged)
+            indexed = set(report.indexed) | kept
+            for ref in sorted(set(stored) - indexed):
+                why = report.skipped.get(ref)
+                report.removed[ref] = (
+                    f"now skipped: {why}"
+                    if why is not None and why != "it no longer exists"
+                    else "it no longer exists (or is no longer a text column in the "
+                    "indexed schemas)"
                 )
-                coming = sum(len(change.new_values) for change in changes)
-                if coming and (held == 0 or coming >= max(settings.bulk_min_values, held)):
-                    report.bulk = True
-                    _defer_search_indexes(conn)
-                for group, vectors in embedding.groups():
-                    tracker.embedded(len(vectors))
-                    tracker.column_started(group[0].column.ref)
-                    _write_group(conn, group, vectors)
-                    for change in group:
-                        report.values_embedded += len(change.new_values)
-                        report.values_removed += len(change.gone) + change.replaced
-                        written = report.added if change.stored is None else report.changed
-                        written.append(change.column.ref)
-                        tracker.column_done()
-                report.values_reused = embedding.reused
-                _mark_checked(conn, report.unchanged)
-                indexed = set(report.indexed) | kept
-                for ref in sorted(set(stored) - indexed):
-                    why = report.skipped.get(ref)
-                    report.removed[ref] = (
-                        f"now skipped: {why}"
-                        if why is not None and why != "it no longer exists"
-                        else "it no longer exists (or is no longer a text column in the "
-                        "indexed schemas)"
-                    )
-                    report.values_removed += _remove_column(conn, ref)
-                # An index that grew past [index] medium_ or large_graph_values gets the larger
-                # graph now (only a bulk refresh, which builds the graph anyway, may make it
-                # smaller).
-                built_with = _built_with(conn)
-                wanted = graph_for(_held_values(conn), settings)
-                if built_with is not None and built_with < (wanted.m, wanted.ef_construction):
-                    _defer_search_indexes(conn, only=EMBEDDING_INDEX)
-            finally:
-                embedding.close()
-                _restore_deferred(conn, tracker, settings, report)
-                report.seconds = time.monotonic() - started
-                tracker.close()
+                report.values_removed += _remove_column(conn, ref)
+            # An index that grew past [index] medium_ or large_graph_values gets the larger
+            # graph now (only a bulk refresh, which builds the graph anyway, may make it
+            # smaller).
+            built_with = _built_with(conn)
+            wanted = graph_for(_held_values(conn), settings)
+            if built_with is not None and built_with < (wanted.m, wanted.ef_construction):
+                _defer_search_indexes(conn, only=EMBEDDING_INDEX)
+        finally:
+            embedding.close()
+            _restore_deferred(conn, tracker, settings, report)
+            report.seconds = time.monotonic() - started
+            tracker.close()
     return report

@@ -23,8 +23,17 @@ from proxy.config import IndexSettings
 EMBEDDING_DIMENSION = 384
 
 
+OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
 class ValueIndexError(RuntimeError):
-    """The value index cannot be built or read; the message says why and what to do."""
+    """The value index cannot be built or read; the message says why and what to do, `sqlstate`
+    what kind of error it is (raised with it by nl.refresh_index)."""
+
+    def __init__(self, message: str, sqlstate: str = OBJECT_NOT_IN_PREREQUISITE_STATE) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
 
 
 class Embedder(Protocol):

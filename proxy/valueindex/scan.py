@@ -29,13 +29,12 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import psycopg
 from psycopg import sql
 
 from proxy.config import IndexSettings
 from proxy.valueindex.common import ColumnRef
+from proxy.valueindex.connection import IndexConnection
 
 DEFAULT_EXCLUDED_SCHEMAS = ("pg_catalog", "information_schema", "nl", "pg_toast")
 TEXT_TYPES = frozenset({"text", "varchar", "bpchar", "citext"})
@@ -148,10 +147,10 @@ def configured_schemas(settings: IndexSettings) -> list[str]:
     return [name.strip() for name in settings.schemas.split(",") if name.strip()]
 
 
-def discover_columns(conn: psycopg.Connection[Any], settings: IndexSettings) -> list[ColumnInfo]:
+def discover_columns(conn: IndexConnection, settings: IndexSettings) -> list[ColumnInfo]:
     """Every text-like column in the configured schemas, each with its skip reason if any."""
     schemas = configured_schemas(settings)
-    rows = conn.execute(
+    rows = conn.rows(
         """
         SELECT n.nspname, c.relname, a.attname, n.oid, c.oid, a.attnum,
                coalesce(base.typname, t.typname), coalesce(base.typtype, t.typtype),
@@ -178,7 +177,7 @@ def discover_columns(conn: psycopg.Connection[Any], settings: IndexSettings) -> 
          ORDER BY n.nspname, c.relname, a.attnum
         """,
         {"schemas": schemas, "excluded": list(DEFAULT_EXCLUDED_SCHEMAS)},
-    ).fetchall()
+    )
     found: list[ColumnInfo] = []
     for (
         schema,
@@ -221,19 +220,17 @@ def _source(column: ColumnInfo) -> tuple[sql.Composable, sql.Composable]:
     return sql.Identifier(ref.schema, ref.table), sql.Identifier(ref.column)
 
 
-def sample_values(conn: psycopg.Connection[Any], column: ColumnInfo) -> list[str]:
+def sample_values(conn: IndexConnection, column: ColumnInfo) -> list[str]:
     """Up to SAMPLE_DISTINCT distinct values from the first SAMPLE_ROWS non-null rows."""
     table, name = _source(column)
     query = sql.SQL(
         "SELECT DISTINCT v FROM (SELECT {name}::text AS v FROM {table} WHERE {name} IS NOT NULL "
         "LIMIT {rows}) s LIMIT {distinct}"
     ).format(name=name, table=table, rows=SAMPLE_ROWS, distinct=SAMPLE_DISTINCT)
-    return [row[0] for row in conn.execute(query).fetchall()]
+    return [row[0] for row in conn.rows(query)]
 
 
-def read_values(
-    conn: psycopg.Connection[Any], column: ColumnInfo, settings: IndexSettings
-) -> ColumnValues:
+def read_values(conn: IndexConnection, column: ColumnInfo, settings: IndexSettings) -> ColumnValues:
     """The column's distinct values with their counts, filtered and capped (most frequent first)."""
     table, name = _source(column)
     cap = max(settings.max_distinct_per_column, 0)
@@ -255,7 +252,7 @@ def read_values(
         octets=MAX_VALUE_BYTES,
         limit=cap + 1,
     )
-    rows = conn.execute(query).fetchall()
+    rows = conn.rows(query)
     distinct_total = next(int(n) for v, n in rows if v is None)
     fetched = [(v, int(n)) for v, n in rows if v is not None]
     kept = [(v, n) for v, n in fetched if value_shape(v, settings.max_value_length) is None][:cap]

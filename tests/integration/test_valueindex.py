@@ -36,6 +36,7 @@ from proxy.valueindex.common import (
     graph_for,
     graph_memory_mb,
 )
+from proxy.valueindex.connection import IndexConnection
 from proxy.valueindex.scan import (
     ColumnInfo,
     discover_columns,
@@ -520,7 +521,7 @@ def test_a_role_that_does_not_own_the_index_may_not_build_it(
     db = new_database(PRIVILEGES)
     with (
         connect(postgres, db, "scram_user") as conn,
-        pytest.raises(ValueIndexError, match=r"run pgnl index as postgres"),
+        pytest.raises(ValueIndexError, match=r"run pgnl index \(or call nl.refresh_index\) as postgres"),
     ):
         build(conn, embedder)
 
@@ -530,9 +531,9 @@ def run_after_discovery(monkeypatch: pytest.MonkeyPatch, ddl: str) -> None:
     that vanishes while the build runs)."""
     real_discover = discover_columns
 
-    def discover_then_change(conn: Connection, settings: IndexSettings) -> list[ColumnInfo]:
+    def discover_then_change(conn: IndexConnection, settings: IndexSettings) -> list[ColumnInfo]:
         found = real_discover(conn, settings)
-        conn.execute(ddl.encode())
+        conn.run(ddl.encode())
         return found
 
     monkeypatch.setattr(build_module, "discover_columns", discover_then_change)
