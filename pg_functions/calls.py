@@ -1,4 +1,5 @@
-"""What `nl.sql`, `nl.ask` and `nl.explain` do, called from their PL/Python bodies with `plpy`.
+"""What `nl.sql`, `nl.ask`, `nl.explain` and `nl.refresh_index` do, called from their PL/Python
+bodies with `plpy`.
 
 The backend runs none of the pipeline itself: it starts a pgnl worker on its first call
 (`worker`: the Python that ran `pgnl migrate`, reading the settings file it was given) and
@@ -6,7 +7,8 @@ serves the worker's queries, each through `PlpyDatabase`, so each runs as the ca
 (SECURITY INVOKER: grants and row-level security hold). An answer's queries run inside one
 subtransaction that is made read-only and always rolled back, so the caller's transaction is
 exactly as it was, writable if it was. The proxy's errors are raised with the same SQLSTATE,
-message, detail and hint.
+message, detail and hint. An index refresh writes nl.value_index in the caller's transaction,
+each of the build's transactions a subtransaction (`remote.RemoteIndexConnection`).
 
 While the worker thinks, the backend checks for a cancel (statement_timeout, pg_cancel_backend,
 Ctrl-C) every `POLL_S`; a cancelled call stops its worker, and the next call starts a new one.
@@ -31,6 +33,8 @@ from .plpy_database import Cancelled, Plpy, PlpyDatabase, bind
 MODELS_UNAVAILABLE = "58000"
 PROHIBITED_STATEMENT = "2F003"
 INTERNAL_ERROR = "XX000"
+INVALID_SCHEMA_NAME = "3F000"
+READ_ONLY_SQL_TRANSACTION = "25006"
 POLL_S = 0.2
 """How often a backend waiting for its worker checks whether the call was cancelled."""
 
@@ -192,40 +196,88 @@ def read_only(plpy: Plpy) -> Iterator[None]:
         pass
 
 
-def _serve(plpy: Plpy, question: str) -> tuple[Answer, str | None]:
-    """Ask the worker, running each query it sends; the answer and why its SQL may not run."""
+class _Subtransactions:
+    """The subtransactions the worker has opened (`("begin",)`), innermost last."""
+
+    def __init__(self, plpy: Plpy) -> None:
+        self.plpy = plpy
+        self.open: list[Any] = []
+
+    def begin(self) -> None:
+        subtransaction = self.plpy.subtransaction()
+        subtransaction.__enter__()
+        self.open.append(subtransaction)
+
+    def end(self, commit: bool) -> None:
+        subtransaction = self.open.pop()
+        if commit:
+            subtransaction.__exit__(None, None, None)
+        else:
+            subtransaction.__exit__(_RollBack, _RollBack(), None)
+
+    def roll_back_all(self) -> None:
+        while self.open:
+            self.end(commit=False)
+
+
+def _run(db: PlpyDatabase, subtransactions: _Subtransactions, message: tuple[Any, ...]) -> Any:
+    """Do what the worker asks of the database; the reply."""
+    kind = message[0]
+    if kind == "fetch":
+        return ("rows", db.fetch(message[1], message[2]))
+    if kind == "run":
+        return ("done", db.run(message[1], message[2]))
+    if kind == "begin":
+        subtransactions.begin()
+    elif kind in ("commit", "rollback"):
+        subtransactions.end(commit=kind == "commit")
+    else:
+        raise ValueError(f"pgnl's worker asked for {kind!r}")
+    return ("done", 0)
+
+
+def _serve(plpy: Plpy, request: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Send the worker a request and run each query it sends until it is done; its last
+    message (`answered` or `refreshed`)."""
     process, _ = worker(plpy)
     assert process.stdin is not None
     channel = process.stdin.fileno()
     db = PlpyDatabase(plpy)
-    finished = False  # the worker is done with this question
+    subtransactions = _Subtransactions(plpy)
+    finished = False  # the worker is done with this request
     try:
-        send(channel, ("answer", question))
+        send(channel, request)
         while True:
             message = _receive(plpy, process)
-            if message[0] == "answered":
-                return message[1], message[2]
+            if message[0] in ("answered", "refreshed"):
+                finished = True
+                return message
             if message[0] == "failed":
                 finished = True
                 raise_error(plpy, AnswerError(message[1], message[2], hint=message[3]))
+            if message[0] == "notice":
+                plpy.notice(message[1])
+                continue
             try:
-                rows = db.fetch(message[1], message[2])
+                reply = _run(db, subtransactions, message)
             except Cancelled as exc:
                 raise exc.error from None
             except plpy.SPIError as exc:
                 send(channel, ("error", getattr(exc, "sqlstate", None), str(exc)))
             else:
-                send(channel, ("rows", rows))
+                send(channel, reply)
     except BaseException:
-        if not finished:  # it may still be answering, out of step with the next call
+        if not finished:  # it may still be working, out of step with the next call
             _stop_worker()
         raise
+    finally:
+        subtransactions.roll_back_all()  # none, unless the request ended half-way
 
 
 def _answer(plpy: Plpy, function: str, text: str | None) -> tuple[Answer, str | None]:
     question = _question(plpy, function, text)
     with read_only(plpy):
-        answer, refused = _serve(plpy, question)
+        _, answer, refused = _serve(plpy, ("answer", question))
     _log(plpy, answer, function)
     for notice in answer.notices:
         plpy.notice(notice)
@@ -293,3 +345,47 @@ def explain(plpy: Plpy, question: str | None) -> list[tuple[Any, ...]]:
     if answer.error is not None:
         plpy.notice(f"pgnl found no SQL for the question: {answer.error.message}")
     return [row.values() for row in answer.trace]
+
+
+# The settings the index build changes for its own statements (set_config(..., true), SET
+# LOCAL): inside a function they would outlive the call, to the end of the caller's transaction.
+_BUILD_SETTINGS = ("row_security", "lock_timeout", "maintenance_work_mem")
+
+
+def refresh_index(plpy: Plpy, schema: str | None) -> list[tuple[Any, ...]]:
+    """`nl.refresh_index(schema)`: what `pgnl index` does, in the caller's transaction, as the
+    caller; a row a column (schema, table, column, outcome, values held, why)."""
+    schemas = [name.strip() for name in (schema or "").split(",") if name.strip()]
+    for name in schemas:
+        found = plpy.execute(
+            f"SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = {plpy.quote_literal(name)}"  # noqa: S608
+        )
+        if not found.nrows():
+            raise_error(
+                plpy,
+                AnswerError(
+                    INVALID_SCHEMA_NAME,
+                    f'schema "{name}" does not exist',
+                    hint="Pass the name of a schema (or several, separated by commas), or NULL "
+                    "for every schema pgnl indexes.",
+                ),
+            )
+    read_only_now = plpy.execute("SELECT current_setting('transaction_read_only') AS ro")
+    if read_only_now[0]["ro"] == "on":
+        raise_error(
+            plpy,
+            AnswerError(
+                READ_ONLY_SQL_TRANSACTION,
+                "nl.refresh_index writes the value index: it cannot run in a read-only transaction",
+                hint="Call it outside the read-only transaction, as the owner of nl.value_index.",
+            ),
+        )
+    saved = {
+        name: plpy.execute(f"SELECT current_setting('{name}') AS value")[0]["value"]
+        for name in _BUILD_SETTINGS
+    }
+    _, rows, summary = _serve(plpy, ("refresh", schemas))
+    for name, value in saved.items():
+        plpy.execute(f"SELECT set_config('{name}', {plpy.quote_literal(value)}, true)")
+    plpy.notice(summary)
+    return list(rows)

@@ -122,6 +122,16 @@ class PlpyDatabase:
             raise
         return [tuple(json.loads(row["to_json"]).values()) for row in rows]
 
+    def run(self, query: str, params: Sequence[object] = ()) -> int:
+        """Run a statement in the current (sub)transaction; the number of rows it changed."""
+        try:
+            result = self.plpy.execute(bind(query, params, self.plpy.quote_literal))
+        except self.plpy.SPIError as exc:
+            if getattr(exc, "sqlstate", None) == QUERY_CANCELED:
+                raise Cancelled(exc) from exc
+            raise
+        return int(result.nrows())
+
 
 def _column_names(result: Any) -> list[str]:
     try:

@@ -4,8 +4,8 @@ The pipeline does not run inside the backend: its native libraries (pglast's cop
 PostgreSQL's parser, ONNX Runtime, the tokenizers) would share the backend's address space, and
 a crash there restarts the whole server. The backend starts this worker on its first call (with
 the Python that ran `pgnl migrate`), and it lives as long as the backend does: the models load
-once, and it ends when its stdin closes. Every query of an answer is sent back to the backend,
-which runs it as the caller's role (`RemoteDatabase`).
+once, and it ends when its stdin closes. Every query of an answer or of an index refresh is sent
+back to the backend, which runs it as the caller's role (`remote`).
 """
 
 from __future__ import annotations
@@ -13,43 +13,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import io
 import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO, cast
 
 from .channel import ChannelClosed, receive, send
+from .remote import RemoteDatabase, RemoteIndexConnection, RemoteQueryError
 
 log = logging.getLogger("pgnl.worker")
-
-
-class RemoteQueryError(Exception):
-    """A query the backend ran for the worker failed; it carries the database's SQLSTATE."""
-
-    def __init__(self, sqlstate: str | None, message: str) -> None:
-        super().__init__(message)
-        self.sqlstate = sqlstate
-
-
-class RemoteDatabase:
-    """`Database` whose queries the backend runs (see the module docstring), over the channel's
-    two file descriptors."""
-
-    def __init__(self, reading: int, writing: int) -> None:
-        self.reading = reading
-        self.writing = writing
-
-    def fetch(
-        self, query: str, params: Sequence[object] = (), *, timeout_s: float | None = None
-    ) -> list[tuple[Any, ...]]:
-        send(self.writing, ("fetch", query, list(params)))
-        reply = receive(self.reading)
-        if reply[0] == "rows":
-            rows: list[tuple[Any, ...]] = reply[1]
-            return rows
-        raise RemoteQueryError(reply[1], reply[2])
 
 
 def _answer(pipeline: Any, question: str, db: RemoteDatabase) -> tuple[Any, ...]:
@@ -71,6 +45,82 @@ def _answer(pipeline: Any, question: str, db: RemoteDatabase) -> tuple[Any, ...]
         )
     refused = check_generated(answer.sql) if answer.sql is not None else None
     return ("answered", answer, refused)
+
+
+class _Notices(io.TextIOBase):
+    """A text stream whose lines reach the caller as NOTICEs (the index build's progress)."""
+
+    def __init__(self, db: RemoteDatabase) -> None:
+        self.db = db
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            if line.strip():
+                self.db.notice(line)
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _names(ref: Any) -> tuple[str, str, str]:
+    return (ref.schema, ref.table, ref.column)
+
+
+def _refresh(
+    pipeline: Any, settings: Any, schemas: list[str], db: RemoteDatabase
+) -> tuple[Any, ...]:
+    """`nl.refresh_index`: build or refresh the value index; a row a column, and the summary."""
+    import psycopg
+
+    from proxy.runtime import load_embedder
+    from proxy.valueindex import ValueIndexError, build_index
+
+    conn = RemoteIndexConnection(db)
+    try:
+        embedder = pipeline.embedder or load_embedder(settings.runtime)
+        report = build_index(
+            conn,
+            embedder,
+            settings.index,
+            progress=cast(TextIO, _Notices(db)),
+            only_schemas=schemas,
+        )
+        counts = {
+            (s, t, c): int(n)
+            for s, t, c, n in conn.rows(
+                "SELECT schema_name, table_name, column_name, value_count "
+                "FROM nl.value_index_columns"
+            )
+        }
+    except ValueIndexError as exc:
+        return ("failed", exc.sqlstate, str(exc), "")
+    except psycopg.Error as exc:
+        return ("failed", exc.sqlstate or "XX000", f"pgnl could not refresh the index: {exc}", "")
+    except ChannelClosed:
+        raise
+    except Exception as exc:
+        log.exception("the index refresh failed")
+        return (
+            "failed",
+            "XX000",
+            f"pgnl failed while refreshing the index: {type(exc).__name__}: {exc}",
+            "This is a bug in pgnl; report it with the server's log.",
+        )
+    rows: list[tuple[Any, ...]] = []
+    for outcome, refs in (
+        ("added", report.added),
+        ("changed", report.changed),
+        ("unchanged", report.unchanged),
+    ):
+        rows += [(*_names(ref), outcome, counts.get(_names(ref)), None) for ref in refs]
+    for outcome, reasons in (("removed", report.removed), ("skipped", report.skipped)):
+        rows += [(*_names(ref), outcome, None, why) for ref, why in reasons.items()]
+    rows.sort(key=lambda row: row[:3])
+    return ("refreshed", rows, report.summary().split("\n")[0])
 
 
 def _die_with_parent() -> None:
@@ -114,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while True:
             message = receive(db.reading)
-            if message[0] != "answer":
-                raise ValueError(f"the worker was sent {message[0]!r}, not a question")
-            send(db.writing, _answer(pipeline, message[1], db))
+            if message[0] == "answer":
+                send(db.writing, _answer(pipeline, message[1], db))
+            elif message[0] == "refresh":
+                send(db.writing, _refresh(pipeline, settings, message[1], db))
+            else:
+                raise ValueError(f"the worker was sent {message[0]!r}, not a request")
     except ChannelClosed:
         return 0
     finally:

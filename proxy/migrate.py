@@ -41,7 +41,9 @@ LOCK_CLASS = 0x70676E6C
 MIGRATE_LOCK = 1
 PGVECTOR_MINIMUM = (0, 8, 0)
 OPTIONAL = "-- optional:"
+NEEDS = "-- needs:"
 SQL_FUNCTIONS = "0008_sql_functions"
+REFRESH_INDEX = "0009_refresh_index"
 PGVECTOR_INSTALL = (
     "install pgvector 0.8 or later on the server (https://github.com/pgvector/pgvector"
     "#installation; Debian/Ubuntu: apt install postgresql-<major>-pgvector), or use pgnl's "
@@ -66,9 +68,19 @@ class Migration:
     def optional(self) -> str | None:
         """What an optional migration needs (its first line, `-- optional: ...`), else None.
         One that fails is left unapplied, with the reason, and tried again on the next run;
-        no later migration may depend on it."""
+        only another optional migration may depend on it (see `needs`)."""
         first = self.sql.split("\n", 1)[0]
         return first.removeprefix(OPTIONAL).strip() if first.startswith(OPTIONAL) else None
+
+    @property
+    def needs(self) -> list[str]:
+        """The optional migrations this one builds on (its second line, `-- needs: NAME, ...`):
+        it is left out, with them, while any of them is not applied."""
+        lines = self.sql.split("\n", 2)
+        second = lines[1] if len(lines) > 1 else ""
+        if not second.startswith(NEEDS):
+            return []
+        return [name.strip() for name in second.removeprefix(NEEDS).split(",") if name.strip()]
 
 
 def shipped_migrations() -> list[Migration]:
@@ -320,6 +332,13 @@ def migrate(
                 log.warning("migration %s is applied here but unknown to this pgnl", name)
             for migration in chosen:
                 if migration.name in done:
+                    continue
+                missing = [n for n in migration.needs if n not in done and n not in applied_now]
+                if migration.optional is not None and missing:
+                    reason = f"it needs {', '.join(missing)}, which is not applied"
+                    log.warning("migration %s left out: %s", migration.name, reason)
+                    if skipped is not None:
+                        skipped[migration.name] = reason
                     continue
                 search_path = _extension_search_path(conn)
                 try:

@@ -521,7 +521,9 @@ def test_a_role_that_does_not_own_the_index_may_not_build_it(
     db = new_database(PRIVILEGES)
     with (
         connect(postgres, db, "scram_user") as conn,
-        pytest.raises(ValueIndexError, match=r"run pgnl index \(or call nl.refresh_index\) as postgres"),
+        pytest.raises(
+            ValueIndexError, match=r"run pgnl index \(or call nl.refresh_index\) as postgres"
+        ),
     ):
         build(conn, embedder)
 
