@@ -18,7 +18,13 @@ proxy this run starts): the functions' workers never start the embedded LLM, so 
 would measure the LLM, not the two ways of reaching the pipeline.
 
 It prints the latencies (p50, p95, mean of the warm calls), their ratio, and the memory (RSS)
-of the backend and of its worker after the calls. Progress goes to stderr.
+of the backend and of its worker after the calls.
+
+Then the index, both ways, on a table of `--values` distinct names in a schema of its own:
+`pgnl index`'s build (`build_index` over psycopg, the embedder loaded once) and
+`nl.refresh_index('bench')` on the connection whose worker is already up, `--index-rounds`
+times, taking turns: a full build (the schema's entries deleted first), then a refresh that
+finds nothing changed. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -96,6 +102,46 @@ def set_up(server: EmbeddedPostgres) -> None:
         raise SystemExit(f"the SQL functions could not be installed: {skipped[SQL_FUNCTIONS]}")
 
 
+BENCH_SCHEMA = "bench"
+
+
+def index_rounds(
+    conn: psycopg.Connection[Any], values: int, rounds: int
+) -> dict[str, dict[str, list[float]]]:
+    """Full builds and unchanged refreshes of BENCH_SCHEMA, both ways, `rounds` times (ms)."""
+    conn.execute(f"CREATE SCHEMA {BENCH_SCHEMA}")
+    conn.execute(
+        f"CREATE TABLE {BENCH_SCHEMA}.harbours AS "  # noqa: S608 (constants)
+        f"SELECT 'Harbour ' || i AS name FROM generate_series(1, {int(values)}) AS i"
+    )
+    embedder = load_embedder()
+
+    def clear() -> None:
+        for table in ("value_index", "value_index_columns"):
+            conn.execute(f"DELETE FROM nl.{table} WHERE schema_name = %s", [BENCH_SCHEMA])  # noqa: S608
+
+    def by_pgnl_index() -> None:
+        build_index(conn, embedder, progress=False, only_schemas=[BENCH_SCHEMA])
+
+    def by_function() -> None:
+        conn.execute("SELECT count(*) FROM nl.refresh_index(%s)", [BENCH_SCHEMA]).fetchone()
+
+    times: dict[str, dict[str, list[float]]] = {
+        "pgnl index": {"full": [], "unchanged": []},
+        "nl.refresh_index": {"full": [], "unchanged": []},
+    }
+    for number in range(rounds):
+        progress(f"index round {number + 1} of {rounds}")
+        ways = [("pgnl index", by_pgnl_index), ("nl.refresh_index", by_function)]
+        if number % 2:
+            ways.reverse()
+        for name, build in ways:
+            clear()
+            times[name]["full"].append(timed(build))
+            times[name]["unchanged"].append(timed(build))
+    return times
+
+
 def summary(name: str, first: float, warm: list[float]) -> list[str]:
     ordered = sorted(warm)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -111,6 +157,10 @@ def summary(name: str, first: float, warm: list[float]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sql_functions")
     parser.add_argument("--repeat", type=int, default=5, help="warm rounds of the questions")
+    parser.add_argument(
+        "--values", type=int, default=4000, help="distinct values of the table the index reads"
+    )
+    parser.add_argument("--index-rounds", type=int, default=3, help="rounds of index builds")
     args = parser.parse_args(argv)
     os.environ["PGNL_LLM_PROVIDER"] = "none"  # inherited by the server, its workers and pgnl
     with (
@@ -151,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         backend_rss = rss_mib(backend[0])
         worker_rss = sum(rss_mib(pid) for pid in workers)
         proxy_rss = rss_mib(pgnl.process.pid)
+        indexing = index_rounds(direct, args.values, args.index_rounds)
     rows = [
         ["way", "first call ms", "warm p50 ms", "warm p95 ms", "warm mean ms"],
         summary("nl.sql", first_function, warm["nl.sql"]),
@@ -167,6 +218,19 @@ def main(argv: list[str] | None = None) -> int:
         f"{backend_rss:.0f} MiB, its worker{'s' if len(workers) != 1 else ''} "
         f"{worker_rss:.0f} MiB; the proxy {proxy_rss:.0f} MiB"
     )
+    print(
+        f"\nThe value index of {args.values:,} distinct values, {args.index_rounds} rounds "
+        "(median ms)\n"
+    )
+    print("| way | full build ms | unchanged refresh ms |")
+    print("|---|---|---|")
+    for name, kinds in indexing.items():
+        full, unchanged = statistics.median(kinds["full"]), statistics.median(kinds["unchanged"])
+        print(f"| {name} | {full:.0f} | {unchanged:.0f} |")
+    ratio = statistics.median(indexing["nl.refresh_index"]["full"]) / statistics.median(
+        indexing["pgnl index"]["full"]
+    )
+    print(f"\nfull build nl.refresh_index / pgnl index: {ratio:.2f}")
     return 0
 
 

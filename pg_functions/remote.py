@@ -98,7 +98,12 @@ def dollar_placeholders(query: Query, params: Params) -> tuple[str, list[Any]]:
             return "%"
         name = match.group("name")
         if name is None:
-            ordered.append(next(positional))
+            try:
+                ordered.append(next(positional))
+            except StopIteration:
+                raise ValueError(
+                    f"the query has more placeholders than parameters: {text}"
+                ) from None
             return f"${len(ordered)}"
         if not isinstance(params, Mapping):
             raise ValueError(f"%({name})s needs its parameters by name")

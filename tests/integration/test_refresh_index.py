@@ -216,3 +216,26 @@ def test_psql_shows_the_summary(demo: str) -> None:
     assert "NOTICE:  indexed " in result.stderr
     outcomes = dict(line.split("|") for line in result.stdout.splitlines() if line)
     assert int(outcomes.get("unchanged", "0")) + int(outcomes.get("added", "0")) > 3
+
+
+def test_a_cancelled_refresh_writes_nothing_and_leaves_the_backend_usable(demo: str) -> None:
+    with psycopg.connect(demo, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA big")
+        conn.execute(
+            "CREATE TABLE big.harbours AS SELECT 'Harbour ' || i AS name "
+            "FROM generate_series(1, 5000) AS i"
+        )
+        try:
+            conn.execute("SELECT nl.pgnl_import()")  # the worker is up: the timeout hits the build
+            conn.execute("SET statement_timeout = '2s'")
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                refresh(conn, "big")
+            conn.execute("SET statement_timeout = 0")
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+            held = conn.execute("SELECT count(*) FROM nl.value_index WHERE schema_name = 'big'")
+            assert held.fetchone() == (0,)
+            # the next call starts a new worker and works
+            assert {row[3] for row in refresh(conn, "public")} <= {"unchanged", "skipped"}
+        finally:
+            conn.execute("SET statement_timeout = 0")
+            conn.execute("DROP SCHEMA big CASCADE")
