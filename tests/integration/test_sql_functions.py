@@ -1,4 +1,4 @@
-"""The SQL functions (`nl.sql`, `nl.ask`, `nl.explain`), called straight on the embedded
+"""The SQL functions (`nl.sql`, `nl.ask`, `nl.explain`; `nl.refresh_index` in test_refresh_index.py,
 PostgreSQL, no proxy: through psycopg, psql and pgjdbc (`jdbc/Functions.java`).
 
 Pins: answers on the demo database checked against hand-written SQL; errors with the proxy's
@@ -317,6 +317,8 @@ def test_pgjdbc_calls_the_functions(demo: str, postgres: Postgres) -> None:
     assert facts["error_state"] == "42601"
     assert facts["error_message"].startswith("ERROR: nl.sql was given no question")
     assert facts["after_error"] == "1"
+    assert facts["refresh_home_city"] == "unchanged"  # the fixture indexed the demo
+    assert "unchanged" in facts["refresh_notice"]
 
 
 def test_a_server_python_without_pgnl_is_told_what_to_install(demo: str) -> None:

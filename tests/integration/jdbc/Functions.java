@@ -5,7 +5,8 @@
 //
 // Prints one "key=value" line a fact: nl.sql's SQL, nl.ask's row and its column type (a
 // PreparedStatement, the question as a parameter), the SQLSTATE and message of an empty
-// question, and that the connection answers after it.
+// question, that the connection answers after it, and nl.refresh_index's row for one column
+// with its summary NOTICE (a JDBC warning).
 
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -51,6 +52,18 @@ public class Functions {
             try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery("SELECT 1")) {
                 rs.next();
                 print("after_error", rs.getInt(1));
+            }
+            try (Statement st = conn.createStatement();
+                    ResultSet rs = st.executeQuery(
+                            "SELECT outcome FROM nl.refresh_index('public') "
+                                    + "WHERE table_name = 'students' AND column_name = 'home_city'")) {
+                rs.next();
+                print("refresh_home_city", rs.getString(1));
+                for (java.sql.SQLWarning w = st.getWarnings(); w != null; w = w.getNextWarning()) {
+                    if (w.getMessage().startsWith("indexed ")) {
+                        print("refresh_notice", w.getMessage());
+                    }
+                }
             }
         }
     }
