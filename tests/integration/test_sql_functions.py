@@ -1,5 +1,6 @@
-"""The SQL functions (`nl.sql`, `nl.ask`, `nl.explain`; `nl.refresh_index` in test_refresh_index.py,
-PostgreSQL, no proxy: through psycopg, psql and pgjdbc (`jdbc/Functions.java`).
+"""The SQL functions (`nl.sql`, `nl.ask`, `nl.explain`), called straight on the embedded
+PostgreSQL, no proxy: through psycopg, psql and pgjdbc (`jdbc/Functions.java`, which also calls
+`nl.refresh_index`; its own tests are in test_refresh_index.py).
 
 Pins: answers on the demo database checked against hand-written SQL; errors with the proxy's
 SQLSTATE, message and hint (and no PL/Python traceback); a role without SELECT on a column gets
