@@ -328,6 +328,9 @@ def _log(context: FlowContext, translation: Translation) -> Generator[Request, o
             Bind(name, name, bind_params(params, context.codec)).encode(),
             Execute(name).encode(),
             SYNC,
+            # In a transaction block a portal outlives Sync: without this Close, the next
+            # translation of the transaction could not Bind it again (42P03).
+            Close(b"P", name).encode(),
             Close(b"S", name).encode(),
             SYNC,
         )

@@ -588,6 +588,11 @@ def test_each_translation_is_logged(dsn: str, postgres: Postgres) -> None:
         conn.execute(f"-- nl: {question}").fetchall()
         conn.commit()
     assert logged() == before + 2
+    with psycopg.connect(dsn) as conn:  # two translations in one transaction block
+        conn.execute(f"-- nl show: {question}").fetchall()
+        conn.execute(f"-- nl: {question}").fetchall()
+        conn.commit()
+    assert logged() == before + 4
     with postgres.connect(DB) as direct:
         row = direct.execute(
             "SELECT directive, outcome, chosen_sql FROM nl.query_log WHERE question = %s "
