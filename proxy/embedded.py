@@ -98,6 +98,40 @@ def _ensure_system_account(name: str) -> _Account:
     return _Account(entry.pw_uid, entry.pw_gid, home)
 
 
+def port_holder(port: int) -> str | None:
+    """Which process listens on 127.0.0.1:`port` ("pid 123: postgres -D /data ..."), where
+    /proc tells (Linux, and a process this account may see); None otherwise."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(fields[9])  # "0A": LISTEN
+    if not inodes:
+        return None
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            links = [os.readlink(fd) for fd in fd_dir.iterdir()]
+        except OSError:
+            continue
+        if any(link.startswith("socket:[") and link[8:-1] in inodes for link in links):
+            pid = fd_dir.parent.name
+            try:
+                command = (fd_dir.parent / "cmdline").read_bytes().replace(b"\0", b" ").strip()
+            except OSError:
+                command = b""
+            return f"pid {pid}: {command.decode(errors='replace')[:200] or '?'}"
+    return None
+
+
 class EmbeddedPostgres:
     """Start, stop and administer the embedded server. Use as a context manager."""
 
@@ -209,7 +243,8 @@ class EmbeddedPostgres:
         if self.running():
             log.info("embedded PostgreSQL %s is already running; using it", self.settings.instance)
             return self.dsn()
-        self._check_port_free()
+        if not self._check_port_free():
+            return self.dsn()
         args = [
             "start",
             "--name",
@@ -237,16 +272,44 @@ class EmbeddedPostgres:
         self.set_hba(DEFAULT_HBA)
         return self.dsn()
 
-    def _check_port_free(self) -> None:
+    def _check_port_free(self) -> bool:
+        """True when the port is free; False when this data directory's own server already
+        listens on it (started before, by another pgnl or by hand: it is used as it is); else
+        an error that names the process holding the port where it can be told."""
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind(("127.0.0.1", self.port))
             except OSError:
-                raise EmbeddedError(
-                    f"port {self.port} on 127.0.0.1 is already in use, so the embedded "
-                    "PostgreSQL cannot listen there; stop what uses it, or choose another port "
-                    "with [embedded] port / PGNL_EMBEDDED_PORT"
-                ) from None
+                pass
+            else:
+                return True
+        ours = self._own_postmaster()
+        if ours is not None:
+            log.info(
+                "the embedded PostgreSQL of %s is already running (pid %d) on port %d; using it",
+                self.data_dir,
+                ours,
+                self.port,
+            )
+            return False
+        holder = port_holder(self.port)
+        what = f"by {holder}" if holder else "by another program"
+        raise EmbeddedError(
+            f"port {self.port} on 127.0.0.1 is already in use {what}, not by the embedded "
+            f"PostgreSQL of {self.data_dir}, so it cannot listen there; stop that program, or "
+            "choose another port with [embedded] port / PGNL_EMBEDDED_PORT"
+        )
+
+    def _own_postmaster(self) -> int | None:
+        """The pid of the server running on this data directory and port, if one is."""
+        try:
+            lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
+            pid, port = int(lines[0]), int(lines[3])
+        except (OSError, ValueError, IndexError):
+            return None
+        if port != self.port or not Path(f"/proc/{pid}").exists():
+            return None
+        return pid
 
     def stop(self) -> None:
         if self._started_here or self.running():

@@ -18,10 +18,10 @@ import psycopg
 import pytest
 
 from proxy.cli import DEMO_FUNCTION_CALL, DEMO_QUESTIONS
-from proxy.config import load
+from proxy.config import EmbeddedSettings, load
 from proxy.embedded import EmbeddedError, EmbeddedPostgres
 from proxy.llm_server import embedded_available
-from tests.fix_pg import closed_to_the_server, free_port
+from tests.fix_pg import Postgres, closed_to_the_server, free_port
 
 
 @pytest.fixture
@@ -180,7 +180,24 @@ def test_taken_port_is_a_clear_error(demo_env: dict[str, str]) -> None:
         )
     assert result.returncode == 1
     assert "is already in use" in result.stderr and "PGNL_EMBEDDED_PORT" in result.stderr
+    assert f"by pid {os.getpid()}: " in result.stderr  # who holds it
     assert "Traceback" not in result.stderr
+
+
+def test_a_server_already_running_on_the_data_directory_is_used(postgres: Postgres) -> None:
+    """The data directory's own server listens on the port, started by another pgnl whose
+    instance name differs (pg0 does not know it): it is used, not refused, and not stopped."""
+    running = postgres.server
+    settings = EmbeddedSettings(
+        data_dir=str(running.data_dir), port=postgres.port, instance="another-pgnl"
+    )
+    again = EmbeddedPostgres(settings)
+    dsn = again.start()
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    again.stop()
+    with psycopg.connect(postgres.dsn()) as conn:  # still running
+        assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_serve_without_upstream_uses_the_embedded_server(demo_env: dict[str, str]) -> None:
