@@ -79,6 +79,17 @@ async def _serve_until_stopped(
         await proxy.close()
 
 
+EMBEDDED_SPARE_CONNECTIONS = 10
+"""Server connections the embedded PostgreSQL keeps beyond the proxy's clients: pgnl migrate,
+index and ask, and the superuser_reserved_connections (3)."""
+
+
+def embedded_server_settings(settings: config.Settings) -> dict[str, str]:
+    """The embedded server's max_connections: room for every client the proxy accepts."""
+    limit = settings.proxy.max_client_connections + EMBEDDED_SPARE_CONNECTIONS
+    return {"max_connections": str(limit)}
+
+
 def cmd_serve(settings: config.Settings) -> int:
     log.info("%s", describe_provider(settings.llm))  # a bad [llm] provider fails here
     embedded: EmbeddedPostgres | None = None
@@ -86,7 +97,7 @@ def cmd_serve(settings: config.Settings) -> int:
         upstream = Upstream.from_dsn(settings.proxy.upstream)
     else:
         embedded = EmbeddedPostgres(settings.embedded)
-        embedded.start()
+        embedded.start(embedded_server_settings(settings))
         upstream = Upstream("127.0.0.1", embedded.port)
 
     def announce(host: str, port: int) -> None:
@@ -167,7 +178,7 @@ def _config_file(given: str | None) -> str | None:
 def cmd_demo(settings: config.Settings, config_file: str | None = None) -> int:
     describe_provider(settings.llm)  # a bad [llm] provider fails before anything starts
     embedded = EmbeddedPostgres(settings.embedded)
-    embedded.start()
+    embedded.start(embedded_server_settings(settings))
     try:
         load_sample(embedded, settings.demo.database)
         functions_line = index_sample(embedded, settings.demo.database, settings, config_file)

@@ -41,8 +41,13 @@ class ProxySettings:
         ),
     )
     max_client_connections: int = field(
-        default=1000,
-        metadata=_doc("Client connections accepted at once; more are refused with SQLSTATE 53300."),
+        default=100,
+        metadata=_doc(
+            "Client connections accepted at once; more are refused with SQLSTATE 53300. Each "
+            "client holds a server connection of its own: keep it below the upstream's "
+            "max_connections (the embedded PostgreSQL is started with this many plus "
+            "10 for pgnl's own tools and superusers)."
+        ),
     )
     connect_timeout_s: float = field(
         default=10.0,

@@ -88,6 +88,11 @@ class Phase(enum.Enum):
     CLOSED = "closed"
 
 
+def _is_server_full(body: bytes) -> bool:
+    """An ErrorResponse body whose SQLSTATE is 53300 (too many connections)."""
+    return ErrorResponse.decode(body).sqlstate == errors.TOO_MANY_CONNECTIONS
+
+
 def _nowhere(data: bytes) -> None:
     """Where a relay writes once the session is closed."""
 
@@ -417,6 +422,8 @@ class Session:
                     self.server_data(rest_server)
                 if rest_client:
                     self.client_data(rest_client)
+            elif kind == b"E" and _is_server_full(body):
+                self.io.send_client(errors.server_full(ErrorResponse.decode(body)).encode())
             else:
                 self.io.send_client(typed(kind, body))
 

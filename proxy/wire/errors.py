@@ -1,7 +1,8 @@
 """Every ErrorResponse the proxy itself sends, each a named builder with a fixed SQLSTATE.
 
 No error reaches a client without a code, and each message says what to do next. Errors that come
-from the upstream server are relayed untouched and never pass through here.
+from the upstream server are relayed untouched and never pass through here, but one: the server's
+"too many clients" at connection, which `server_full` gives a hint of what to set in pgnl.
 """
 
 from __future__ import annotations
@@ -82,6 +83,21 @@ def too_many_connections(limit: int) -> ErrorResponse:
         hint="Close idle connections, or raise [proxy] max_client_connections "
         "(PGNL_PROXY_MAX_CLIENT_CONNECTIONS).",
     )
+
+
+SERVER_FULL_HINT = (
+    "Each pgnl client holds a server connection of its own, so the server's limits "
+    "(max_connections, a role's or database's CONNECTION LIMIT) count pgnl's clients: set "
+    "[proxy] max_client_connections (PGNL_PROXY_MAX_CLIENT_CONNECTIONS) below them, so that pgnl "
+    "refuses the extra clients itself, or raise the server's limit."
+)
+
+
+def server_full(upstream: ErrorResponse) -> ErrorResponse:
+    """The upstream's own "too many connections" (53300), with a hint of what to set in pgnl."""
+    fields = dict(upstream.fields)
+    fields.setdefault(HINT, SERVER_FULL_HINT)
+    return ErrorResponse(fields)
 
 
 def direct_tls_unsupported() -> ErrorResponse:

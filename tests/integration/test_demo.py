@@ -210,6 +210,9 @@ def test_serve_without_upstream_uses_the_embedded_server(demo_env: dict[str, str
         with psycopg.connect(dsn, autocommit=True) as conn:
             row = conn.execute("SELECT current_setting('server_version_num')::int").fetchone()
             assert row is not None and row[0] >= 180000
+            # room for every client the proxy accepts, and pgnl's own tools
+            expected = load(environ=demo_env).proxy.max_client_connections + 10
+            assert conn.execute("SHOW max_connections").fetchone() == (str(expected),)
             extensions = {
                 name
                 for (name,) in conn.execute("SELECT name FROM pg_available_extensions").fetchall()

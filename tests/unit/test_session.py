@@ -226,6 +226,24 @@ def test_upstream_fatal_error_is_relayed_without_a_second_error() -> None:
     assert bytes(io.to_client) == fatal
 
 
+def test_the_servers_own_too_many_clients_gets_a_hint_of_what_to_set() -> None:
+    session, io = new_session()
+    session.client_data(STARTUP.encode())
+    session.upstream_connected()
+    fatal = {"S": "FATAL", "V": "FATAL", "C": "53300", "M": "sorry, too many clients already"}
+    session.server_data(ErrorResponse(fatal).encode())
+    error = io.client_error()
+    assert (error.sqlstate, error.message) == ("53300", "sorry, too many clients already")
+    assert "max_client_connections" in error.fields["H"]
+    # any other error at connection is relayed untouched
+    session, io = new_session()
+    session.client_data(STARTUP.encode())
+    session.upstream_connected()
+    other = ErrorResponse({"S": "FATAL", "C": "28P01", "M": "password authentication failed"})
+    session.server_data(other.encode())
+    assert bytes(io.to_client) == other.encode()
+
+
 def test_invalid_client_framing_after_startup_is_a_protocol_violation() -> None:
     session, io = ready_session()
     session.client_data(b"Q\x00\x00\x00\x02")
