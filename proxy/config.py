@@ -430,6 +430,14 @@ class PipelineSettings:
             "Statement timeout of each query the pipeline runs (candidates, look-ups, schema)."
         ),
     )
+    budget_s: float = field(
+        default=10.0,
+        metadata=_doc(
+            "Seconds one question may spend on all its candidate queries, relaxations and "
+            "corrections; then the best answer so far is returned with a NOTICE, or SQLSTATE "
+            "NL004. 0: no budget (each query still has statement_timeout_s)."
+        ),
+    )
     value_match: float = field(
         default=0.5,
         metadata=_doc(

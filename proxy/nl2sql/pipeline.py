@@ -56,6 +56,7 @@ from pglast.enums import A_Expr_Kind, BoolExprType
 from proxy.config import ConfigError, Settings
 from proxy.nl2sql.agreement import FIRST, LLM_FIRST, SELECTIONS, same_result
 from proxy.nl2sql.answer import Answer, AnswerError, Outcome, TraceRow
+from proxy.nl2sql.budget import OUT_OF_TIME, QUERY_CANCELED, Budget, CostGuard, OutOfTime
 from proxy.nl2sql.calibrate import (
     Calibration,
     DatabaseCatalog,
@@ -455,6 +456,12 @@ class _Run:
         self._last_error = ""
         self._llm_completions = 0  # sketches the LLM completed for this question
         self._selection = pipeline.settings.llm.selection
+        self.budget = Budget(self.settings.budget_s)
+        self.costs = CostGuard(db)
+        # answered, but leaves out a value or a "not" the question gave, only shows the value
+        # it asks by, or counts groups of one row
+        self._partial: _Candidate | None = None
+        self._fallback: _Candidate | None = None  # ran, with no values
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -489,13 +496,17 @@ class _Run:
             self.result.notices.append(text)
 
     def fetch(self, sql: str) -> list[tuple[Any, ...]]:
-        """Run a candidate; QueryFailed on an error of the query, other errors propagate."""
+        """Run a candidate within the time budget; QueryFailed on an error of the query,
+        OutOfTime once the budget is spent, other errors propagate."""
+        timeout = self.budget.timeout(self.settings.statement_timeout_s)
         try:
-            return self.db.fetch(sql, timeout_s=self.settings.statement_timeout_s)
+            return self.db.fetch(sql, timeout_s=timeout)
         except Exception as exc:
             state = _sqlstate(exc)
             if _connection_lost(state):
                 raise
+            if state == QUERY_CANCELED and self.budget.spent():
+                raise OutOfTime from exc
             assert state is not None
             raise QueryFailed(state, _one_line(str(exc), 1000)) from exc
 
@@ -561,14 +572,18 @@ class _Run:
         )
 
     def _search(self, sketches: Sequence[Sketch]) -> _Chosen | None:
+        """`_search_all`, within the question's time budget: when it runs out, the best
+        candidate so far (`_out_of_time`)."""
+        try:
+            return self._search_all(sketches)
+        except OutOfTime:
+            return self._out_of_time()
+
+    def _search_all(self, sketches: Sequence[Sketch]) -> _Chosen | None:
         """The candidates in order, the first whose result passes the checks; else the best
         partial answer, a relaxed one, or one that ran with no values (None, with the error
         set, when none ran)."""
         result = self.result
-        fallback: _Candidate | None = None
-        # answered, but leaves out a value or a "not" the question gave, only shows the value
-        # it asks by, or counts groups of one row
-        partial: _Candidate | None = None
         tried: set[str] = set()
         unfilled: list[_Candidate] = []
         for candidate in self._candidates(sketches):
@@ -588,9 +603,10 @@ class _Run:
                     and not counts_single_rows(candidate.sql, self._schema)
                 ):
                     return _Chosen(candidate, ANSWERED)
-                partial = partial or candidate
+                self._partial = self._partial or candidate
                 continue
-            fallback = fallback or candidate
+            self._fallback = self._fallback or candidate
+        partial = self._partial
         if partial is None or ignores_a_negation(self.question, partial.sql):
             # Nothing answered with the question's "not": its sketches as anti-joins.
             for sketch in sketches[: self.settings.max_candidates]:
@@ -624,20 +640,55 @@ class _Run:
                         "pgnl: the question names no value for a condition its sketch asked "
                         f"for ({left_out}); the condition is left out",
                     )
-        if fallback is not None:
+        if self._fallback is not None:
             return _Chosen(
-                fallback,
+                self._fallback,
                 FALLBACK,
                 "pgnl: no candidate query returned rows with values; the best one that ran "
                 "is shown (its result is empty or all NULL)",
             )
         last = result.candidates[-1] if result.candidates else ""
+        slow = self.costs.too_slow is not None
         result.error = AnswerError(
             NO_ANSWER,
             "pgnl found no query that runs for this question"
             + (f": the last one tried failed with {self._last_error}" if self._last_error else ""),
-            hint="rephrase the question with the names of the tables and columns it is about, "
-            "or write the SQL; -- nl explain: shows every candidate",
+            hint=(
+                "the candidates ran into the statement timeout ([pipeline] statement_timeout_s "
+                f"= {self.settings.statement_timeout_s:g} s), or would have: raise it "
+                "(PGNL_PIPELINE_STATEMENT_TIMEOUT_S) or narrow the question (a value, a time "
+                "range); -- nl explain: shows every candidate"
+                if slow
+                else "rephrase the question with the names of the tables and columns it is "
+                "about, or write the SQL; -- nl explain: shows every candidate"
+            ),
+            detail=f"last SQL tried: {last}" if last else "",
+        )
+        return None
+
+    def _out_of_time(self) -> _Chosen | None:
+        """The best candidate found before the time budget ran out, with a NOTICE; or, with none,
+        the error that says the question ran out of time."""
+        budget = self.budget.seconds
+        with self.stage("select") as step:
+            best = self._partial or self._fallback
+            step.outcome = f"out of time ([pipeline] budget_s = {budget:g} s)" + (
+                f": candidate {best.number}, the best so far" if best else ": no answer"
+            )
+        if best is not None:
+            return _Chosen(
+                best,
+                ANSWERED if best is self._partial else FALLBACK,
+                f"pgnl: the question ran out of its time budget ([pipeline] budget_s = "
+                f"{budget:g} s) before every candidate was tried; the best answer so far is shown",
+            )
+        last = self.result.candidates[-1] if self.result.candidates else ""
+        self.result.error = AnswerError(
+            OUT_OF_TIME,
+            f"pgnl ran out of time for this question: no candidate query answered within "
+            f"{budget:g} s",
+            hint="raise [pipeline] budget_s (PGNL_PIPELINE_BUDGET_S), or narrow the question "
+            "(a value, a time range); -- nl explain: shows what ran and for how long",
             detail=f"last SQL tried: {last}" if last else "",
         )
         return None
@@ -653,7 +704,12 @@ class _Run:
         if answered is not None:
             self._samples_for(answered)  # the values of its columns, for the LLM's prompt
         sketch = seed.candidate.sketch if seed is not None else sketches[0]
-        own = self._opinion(_Candidate(UNGUIDED, sketch, unguided=True))
+        try:
+            own = self._opinion(_Candidate(UNGUIDED, sketch, unguided=True))
+        except OutOfTime:
+            with self.stage("select") as step:
+                step.outcome = "the sketch models' answer: the time budget ran out first"
+            return seed
         with self.stage("select") as step:
             if own is None or not _has_values(own.rows):
                 step.outcome = "the sketch models' answer: the LLM's own query " + (
@@ -1285,12 +1341,21 @@ class _Run:
         rounds = 0
         while True:
             with self.stage("check", candidate) as step:
+                timeout = self.budget.timeout(self.settings.statement_timeout_s)
+                if (skip := self.costs.skip_reason(candidate.sql, timeout)) is not None:
+                    step.outcome = skip
+                    return False
                 try:
                     candidate.rows = self.fetch(candidate.sql)
+                except OutOfTime:
+                    step.outcome = "stopped: the question's time budget ran out"
+                    raise
                 except QueryFailed as exc:
                     self._last_error = f"{exc.sqlstate} ({_one_line(exc.message, 200)})"
                     step.outcome = f"error {self._last_error}"
                     error = exc
+                    if exc.sqlstate == QUERY_CANCELED:  # its own statement timeout
+                        self.costs.timed_out(candidate.sql, timeout)
                 else:
                     step.outcome = f"{len(candidate.rows)} rows"
                     return True

@@ -99,6 +99,12 @@ BUILDERS: dict[str, tuple[Callable[[], ErrorResponse], str]] = {
     "upstream_lost": (errors.upstream_lost, "08006"),
     "channel_binding_refused": (lambda: errors.channel_binding_refused("X-PLUS"), "28000"),
     "too_many_connections": (lambda: errors.too_many_connections(3), "53300"),
+    "server_full": (
+        lambda: errors.server_full(
+            ErrorResponse({"S": "FATAL", "V": "FATAL", "C": "53300", "M": "too many clients"})
+        ),
+        "53300",
+    ),
     "direct_tls_unsupported": (errors.direct_tls_unsupported, "08P01"),
     "shutting_down": (errors.shutting_down, "57P01"),
     "internal_error": (lambda: errors.internal_error("x"), "XX000"),

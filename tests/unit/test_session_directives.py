@@ -80,15 +80,15 @@ def close_scope_and_log(session: Session, io: Recorder, status: str = "I") -> No
         assert (kind, body) == (b"Q", b"ROLLBACK\x00")
         session.server_data(c("ROLLBACK") + z("I"))
         kinds = [k for k, _ in sent(io)]
-        assert kinds == [b"P", b"B", b"E", b"S", b"C", b"S"]  # the nl.query_log insert
-        session.server_data(PARSED + BOUND + c("INSERT 0 1") + z("I") + CLOSED + z("I"))
+        assert kinds == [b"P", b"B", b"E", b"S", b"C", b"C", b"S"]  # the nl.query_log insert
+        session.server_data(PARSED + BOUND + c("INSERT 0 1") + z("I") + CLOSED * 2 + z("I"))
     else:
         assert body.startswith(b"ROLLBACK TO SAVEPOINT pgnl_answer; RELEASE SAVEPOINT")
         session.server_data(c("ROLLBACK") + c("RELEASE") + z("T"))
         kinds = [k for k, _ in sent(io)]
-        assert kinds == [b"Q", b"P", b"B", b"E", b"S", b"C", b"S"]  # in a savepoint
+        assert kinds == [b"Q", b"P", b"B", b"E", b"S", b"C", b"C", b"S"]  # in a savepoint
         session.server_data(c("SAVEPOINT") + z("T") + PARSED + BOUND + c("INSERT 0 1") + z("T"))
-        session.server_data(CLOSED + z("T"))
+        session.server_data(CLOSED * 2 + z("T"))
         assert sent(io) == [(b"Q", b"RELEASE SAVEPOINT pgnl_log\x00")]
         session.server_data(c("RELEASE") + z("T"))
 
