@@ -430,6 +430,14 @@ class PipelineSettings:
             "Statement timeout of each query the pipeline runs (candidates, look-ups, schema)."
         ),
     )
+    large_answer_rows: int = field(
+        default=10_000,
+        metadata=_doc(
+            "Rows of a candidate the pipeline reads at most while checking it (the answer "
+            "itself is not cut: the client gets every row); an answer with more gets a NOTICE "
+            "that says so and how to narrow the question or page through it. 0: no limit."
+        ),
+    )
     budget_s: float = field(
         default=10.0,
         metadata=_doc(

@@ -2,6 +2,8 @@
 
 ZeroNL2SQL's Algorithm 2 as a declared sequence of stages (`STAGES`), each timed and traced:
 
+    intent     a request to change data or the server is refused (`intent`: SQLSTATE NL005)
+               before anything runs; traced only then
     schema     the database as the asking role sees it (`schema.introspect`), cached per catalog
                fingerprint, so DDL or a grant is seen on the next question and nothing else is
                re-read
@@ -33,8 +35,9 @@ that ran ("fallback", with a NOTICE saying so); when none ran, an `AnswerError` 
 NL001) that shows the last SQL tried.
 
 Every query goes through the `Database` the caller gives, as its role, with [pipeline]
-statement_timeout_s each: the caller runs them in a read-only transaction (the proxy opens one
-on the client's own connection; `pgnl ask` connects read-only), so nothing generated can write.
+statement_timeout_s each, all of a question's within [pipeline] budget_s (`budget`): the
+caller runs them in a read-only transaction (the proxy opens one on the client's own
+connection; `pgnl ask` connects read-only), so nothing generated can write.
 A lost connection ends the answer (the exception propagates); a failing query only ends its
 candidate. `answer` blocks (models, queries): callers on an event loop run it in a thread.
 """
@@ -74,6 +77,7 @@ from proxy.nl2sql.complete_plm import (
     set_operation,
 )
 from proxy.nl2sql.database import Database
+from proxy.nl2sql.intent import WRITE_REQUEST, write_request
 from proxy.nl2sql.joins import references_to
 from proxy.nl2sql.llm import Completion, LLMAnswerError, LLMError
 from proxy.nl2sql.prompts import (
@@ -102,6 +106,7 @@ from proxy.valueindex.lookup import ValueIndex
 log = logging.getLogger(__name__)
 
 STAGES = (
+    "intent",
     "schema",
     "lookup",
     "sketch",
@@ -499,6 +504,9 @@ class _Run:
         """Run a candidate within the time budget; QueryFailed on an error of the query,
         OutOfTime once the budget is spent, other errors propagate."""
         timeout = self.budget.timeout(self.settings.statement_timeout_s)
+        if (cap := self.settings.large_answer_rows) > 0:  # one more tells "more than cap"
+            body = sql.rstrip().removesuffix(";")
+            sql = f"SELECT * FROM (\n{body}\n) AS pgnl_checked LIMIT {cap + 1}"  # noqa: S608
         try:
             return self.db.fetch(sql, timeout_s=timeout)
         except Exception as exc:
@@ -523,6 +531,18 @@ class _Run:
 
     def _answer(self) -> None:
         result = self.result
+        what = write_request(self.question)
+        if what is not None:
+            with self.stage("intent") as step:
+                step.outcome = f"refused: the request asks to {what}"
+            result.error = AnswerError(
+                WRITE_REQUEST,
+                f"pgnl only reads: this request asks to {what}, which pgnl never does",
+                hint="Write the SQL for it yourself: statements that are not directives go to "
+                "the server as they are, with your role's privileges. Or ask a question about "
+                "the data.",
+            )
+            return
         with self.stage("schema") as step:
             try:
                 schema = self.pipeline.schemas.get(self.db, self.settings.statement_timeout_s)
@@ -567,6 +587,12 @@ class _Run:
         result.outcome = chosen.outcome
         if chosen.notice:
             self.notice(chosen.notice)
+        if 0 < (cap := self.settings.large_answer_rows) < len(result.rows):
+            result.rows = result.rows[:cap]
+            self.notice(
+                f"pgnl: the answer has more than {cap:,} rows; narrow the question (a condition, "
+                "'the first 10 ...') or page through the rows (psql: \\set FETCH_COUNT 1000)"
+            )
         log.debug(
             "chose candidate %d (%s): %s", chosen.candidate.number, chosen.outcome, result.sql
         )

@@ -384,6 +384,33 @@ def test_hostile_questions_write_nothing(
     assert checksum(postgres) == before
 
 
+WRITE_REQUESTS = [
+    "delete all students",
+    "drop the students table",
+    "update every score to 100",
+    "terminate every other connection",
+    "please grant select on students to public",
+]
+
+
+@pytest.mark.parametrize("request_text", WRITE_REQUESTS)
+def test_a_request_to_write_is_refused_with_its_own_sqlstate(
+    dsn: str, postgres: Postgres, request_text: str
+) -> None:
+    before = checksum(postgres)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for directive in ("nl", "nl show"):
+            with pytest.raises(psycopg.Error) as caught:
+                conn.execute(f"-- {directive}: {request_text}").fetchall()
+            assert caught.value.sqlstate == "NL005"
+            assert (caught.value.diag.message_primary or "").startswith("pgnl only reads")
+            assert "Write the SQL" in (caught.value.diag.message_hint or "")
+        trace = conn.execute(f"-- nl explain: {request_text}").fetchall()
+        assert [row[0] for row in trace] == ["intent"]  # nothing else ran
+        assert str(trace[0][4]).startswith("refused")
+    assert checksum(postgres) == before
+
+
 # ---------------------------------------------------------------- errors
 
 

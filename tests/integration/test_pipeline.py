@@ -237,6 +237,22 @@ def test_a_condition_with_no_value_is_left_out_with_a_notice(
     assert answer.rows == rows_of(university, answer.sql) and answer.rows
 
 
+def test_a_large_answer_is_read_in_part_and_said_so(
+    university: str, conn: psycopg.Connection[Any]
+) -> None:
+    answer = load_pipeline(settings(large_answer_rows=50)).answer(
+        "show the first names of all students", PsycopgDatabase(conn)
+    )
+    assert answer.sql is not None and "LIMIT" not in answer.sql.upper()  # the answer is whole
+    assert len(rows_of(university, answer.sql)) == 240
+    assert len(answer.rows) == 50  # what the pipeline read of it
+    assert any("more than 50 rows" in notice for notice in answer.notices)
+    small = load_pipeline(settings(large_answer_rows=500)).answer(
+        "show the first names of all students", PsycopgDatabase(conn)
+    )
+    assert len(small.rows) == 240 and not any("rows;" in n for n in small.notices)
+
+
 @contextlib.contextmanager
 def spider_database(postgres: Postgres, db_id: str) -> Iterator[str]:
     """A Spider database loaded, migrated and indexed; its DSN, dropped afterwards."""
