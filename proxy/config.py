@@ -182,6 +182,18 @@ class IndexSettings:
             "past it rebuilds the graph once."
         ),
     )
+    max_key_values: int = field(
+        default=1000,
+        metadata=_doc(
+            "A text column of a primary or foreign key is indexed when it holds at most this "
+            "many distinct values, none longer than max_key_length: the codes users type "
+            "(airport, carrier, country, product codes). 0: keys are never indexed."
+        ),
+    )
+    max_key_length: int = field(
+        default=12,
+        metadata=_doc("Characters a value of a key column may have to be taken as a code."),
+    )
     bulk_min_values: int = field(
         default=2000,
         metadata=_doc(

@@ -75,6 +75,7 @@ from proxy.valueindex.scan import (
     ColumnInfo,
     ColumnValues,
     discover_columns,
+    key_skip_reason,
     read_values,
     sample_skip_reason,
     sample_values,
@@ -226,9 +227,12 @@ def _read_table(
                 for column in columns[len(outcomes) :]:
                     sample = sample_values(conn, column)
                     reason = sample_skip_reason(sample, settings.max_value_length)
-                    outcomes.append(
-                        reason if reason is not None else read_values(conn, column, settings)
-                    )
+                    if reason is not None:
+                        outcomes.append(reason)
+                        continue
+                    values = read_values(conn, column, settings)
+                    key = key_skip_reason(values, settings) if column.is_key else None
+                    outcomes.append(key if key is not None else values)
         except psycopg.DatabaseError as exc:
             if len(outcomes) == len(columns):
                 raise  # not a column's read: the transaction's end

@@ -93,6 +93,7 @@ class ColumnInfo:
     type_name: str
     skip_reason: str | None = None
     row_security: bool = False
+    is_key: bool = False  # part of a primary or foreign key: indexed only as codes
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,21 @@ def sample_skip_reason(sample: Sequence[str], max_length: int) -> str | None:
     if shape == "long free text":
         return f"its values are mostly longer than {max_length} characters (free text)"
     return f"its values are mostly {shape}"
+
+
+def key_skip_reason(values: ColumnValues, settings: IndexSettings) -> str | None:
+    """Why a key column's values are not codes users type (too many, or too long), or None."""
+    if not values.complete or len(values.values) > settings.max_key_values:
+        return (
+            f"it is part of a primary or foreign key with more than {settings.max_key_values:,} "
+            "distinct values (identifiers, not codes)"
+        )
+    if any(len(value) > settings.max_key_length for value, _ in values.values):
+        return (
+            "it is part of a primary or foreign key with values longer than "
+            f"{settings.max_key_length} characters (identifiers, not codes)"
+        )
+    return None
 
 
 def configured_schemas(settings: IndexSettings) -> list[str]:
@@ -195,11 +211,11 @@ def discover_columns(conn: IndexConnection, settings: IndexSettings) -> list[Col
         if type_name not in TEXT_TYPES and type_kind != "e":
             continue
         reason = None
-        if is_key:
+        if is_key and settings.max_key_values <= 0:
             reason = "it is part of a primary or foreign key"
         elif not readable:
             reason = "the indexing role may not SELECT it"
-        else:
+        elif not is_key:  # a key's name ("code", "id") says nothing: its values tell
             reason = name_skip_reason(column)
         found.append(
             ColumnInfo(
@@ -210,6 +226,7 @@ def discover_columns(conn: IndexConnection, settings: IndexSettings) -> list[Col
                 type_name,
                 reason,
                 bool(row_security),
+                bool(is_key),
             )
         )
     return found

@@ -148,6 +148,8 @@ def embeddings(conn: Connection, column: ColumnRef) -> dict[str, str]:
 
 
 INDEXED = {
+    ref("countries", "code"),  # keys, but short codes ([index] max_key_values, max_key_length)
+    ref("people", "country"),
     ref("countries", "name"),
     ref("cities", "name"),
     ref("cities", "country"),
@@ -169,8 +171,6 @@ def test_first_build_indexes_names_and_skips_ids_keys_urls_hashes_dates_and_free
         assert report.changed == [] and report.unchanged == [] and report.removed == {}
         reasons = {str(column): why for column, why in report.skipped.items()}
         assert reasons == {
-            "public.countries.code": "it is part of a primary or foreign key",
-            "public.people.country": "it is part of a primary or foreign key",
             "public.people.email": "its name looks like an e-mail address",
             "public.people.homepage": "its name looks like a URL",
             "public.people.api_key": "its name looks like a key, hash or secret",
@@ -228,6 +228,7 @@ def test_refresh_picks_up_exactly_the_change(
             ref("people", "name"),  # + Zelda, - Bob
             ref("people", "city_name"),  # - Paris, Boston 2 -> 3
             ref("people", "mood"),  # happy 3 -> 2
+            ref("people", "country"),  # FR 2 -> 1
         }
         assert report.added == []
         assert set(report.removed) == {ref("people", "nickname"), ref("pets", "name")}
@@ -528,6 +529,45 @@ def test_a_role_that_does_not_own_the_index_may_not_build_it(
         build(conn, embedder)
 
 
+KEYS = """
+CREATE TABLE airports (code char(3) PRIMARY KEY, city text);
+CREATE TABLE flights (id serial PRIMARY KEY, origin char(3) REFERENCES airports (code));
+CREATE TABLE tickets (number text PRIMARY KEY);
+CREATE TABLE accounts (handle text PRIMARY KEY);
+INSERT INTO airports VALUES ('BOS', 'Boston'), ('JFK', 'New York'), ('ORD', 'Chicago');
+INSERT INTO flights (origin) VALUES ('BOS'), ('BOS'), ('JFK');
+INSERT INTO tickets SELECT 'T-' || i FROM generate_series(1, 1500) AS i;
+INSERT INTO accounts SELECT 'customer-account-' || i FROM generate_series(1, 20) AS i;
+"""
+
+
+def test_key_columns_are_indexed_when_they_hold_codes(
+    postgres: Postgres, new_database: Callable[..., str], embedder: Embedder
+) -> None:
+    db = new_database(KEYS)
+    with connect(postgres, db) as conn:
+        report = build(conn, embedder)
+        assert {ref("airports", "code"), ref("flights", "origin")} <= set(report.added)
+        reasons = {str(column): why for column, why in report.skipped.items()}
+        assert reasons["public.tickets.number"] == (
+            "it is part of a primary or foreign key with more than 1,000 distinct values "
+            "(identifiers, not codes)"
+        )
+        assert reasons["public.accounts.handle"] == (
+            "it is part of a primary or foreign key with values longer than 12 characters "
+            "(identifiers, not codes)"
+        )
+        rows = index_rows(conn)
+        assert rows[ref("flights", "origin")] == {"BOS": 2, "JFK": 1}
+        index = ValueIndex(PsycopgDatabase(conn), embedder)
+        assert index.contains(ref("airports", "code"), "ORD")
+        # and none at all, with max_key_values = 0
+        conn.execute("DELETE FROM nl.value_index")
+        conn.execute("DELETE FROM nl.value_index_columns")
+        never = build(conn, embedder, max_key_values=0)
+        assert ref("airports", "code") in never.skipped
+
+
 def run_after_discovery(monkeypatch: pytest.MonkeyPatch, ddl: str) -> None:
     """Make the next build run `ddl` right after it has read the catalog (a column or table
     that vanishes while the build runs)."""
@@ -686,14 +726,18 @@ def test_command_line_builds_with_progress_and_prints_a_summary(
     dsn = postgres.dsn(dbname=db)
     first = pgnl("index", "--dsn", dsn)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.startswith(f"indexed {len(INDEXED)} of 19 text columns: 8 new,")
+    assert first.stdout.startswith(
+        f"indexed {len(INDEXED)} of 19 text columns: {len(INDEXED)} new,"
+    )
     assert "public.people.email: its name looks like an e-mail address" in first.stdout
     progress = [line for line in first.stderr.splitlines() if "values/s" in line]
     # Every column past the catalog rules is read (13); 5 of them turn out not to be names.
-    assert progress and "13/13 columns" in progress[-1]
+    assert (
+        progress and "15/15 columns" in progress[-1]
+    )  # the 19 text columns less the 4 skipped by name
     second = pgnl("index", "--dsn", dsn, "--no-progress", "--schemas", "public")
     assert second.returncode == 0, second.stderr
-    assert "0 new, 0 changed, 8 unchanged" in second.stdout
+    assert f"0 new, 0 changed, {len(INDEXED)} unchanged" in second.stdout
     assert "values/s" not in second.stderr
     bare = new_database(SAMPLE, migrated=False)
     missing = pgnl("index", "--dsn", postgres.dsn(dbname=bare), "--no-progress")
