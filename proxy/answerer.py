@@ -19,8 +19,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from proxy import metrics
 from proxy.config import Settings
 from proxy.nl2sql.answer import Answer, AnswerError
+from proxy.nl2sql.intent import WRITE_REQUEST
 from proxy.upstream import Fetch, FetchResult, UpstreamQueryError, connection_gone
 
 if TYPE_CHECKING:
@@ -117,6 +119,7 @@ class Answerer:
         self._stopping = threading.Event()
         self._pipeline: Pipeline | None = None
         self._llm: BlockingLLM | None = None
+        self.questions = metrics.Questions()
 
     def preload(self) -> None:
         """Load the pipeline now, in a worker (a failure is logged and tried again later)."""
@@ -182,7 +185,19 @@ class Answerer:
                     hint="This is a bug in pgnl; plain SQL works meanwhile. Report it with "
                     "pgnl's log.",
                 )
+        self._record(result)
         if self._stopping.is_set():
             return
         with contextlib.suppress(RuntimeError):  # the event loop is closed: the proxy is stopping
             self.loop.call_soon_threadsafe(done, result)
+
+    def _record(self, result: Answer | AnswerError) -> None:
+        """Count the question's outcome and its stages' times (`metrics`)."""
+        if isinstance(result, AnswerError):
+            self.questions.record(metrics.ERROR, result.sqlstate, {})
+        elif result.error is None:
+            self.questions.record(result.outcome, "", result.timings_ms)
+        elif result.error.sqlstate == WRITE_REQUEST:
+            self.questions.record(metrics.REFUSED, "", result.timings_ms)
+        else:
+            self.questions.record(metrics.ERROR, result.error.sqlstate, result.timings_ms)

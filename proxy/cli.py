@@ -1,4 +1,4 @@
-"""The `pgnl` command: serve, demo, config, migrate, index, ask."""
+"""The `pgnl` command: serve, demo, config, migrate, index, ask, doctor."""
 
 from __future__ import annotations
 
@@ -71,6 +71,10 @@ async def _serve_until_stopped(
         proxy.answerer.preload()
     host, port = _split_listen(p.listen)
     bound = await proxy.listen(host, port)
+    if settings.metrics.listen:
+        metrics_host, metrics_port = _split_listen(settings.metrics.listen)
+        served = await proxy.serve_metrics(metrics_host, metrics_port)
+        log.info("metrics: http://%s:%d/metrics", *served)
     announce(*bound)
     try:
         await _until_stopped()
@@ -328,6 +332,12 @@ def cmd_ask(settings: config.Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(settings: config.Settings, args: argparse.Namespace) -> int:
+    from proxy.doctor import run
+
+    return run(settings, args.dsn, llm_speed=args.llm_speed)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgnl", description="Natural-language questions for PostgreSQL, through a proxy."
@@ -352,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
             "--no-llm",
             action="store_true",
             help="answer with the sketch models alone ([llm] provider = none)",
+        )
+        command.add_argument(
+            "--metrics-listen",
+            help="HOST:PORT to serve Prometheus metrics on, GET /metrics ([metrics] listen)",
         )
 
     commands.add_parser("config", help="print every setting with its documentation and default")
@@ -382,6 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-llm", action="store_true", help="the sketch models alone ([llm] provider = none)"
     )
     ask.add_argument("question", help="the question, in quotes")
+
+    doctor = commands.add_parser(
+        "doctor", help="check the database, the models and the LLM; say what to fix"
+    )
+    doctor.add_argument("--dsn", help="the database to check, as a libpq DSN or URI")
+    doctor.add_argument(
+        "--llm-speed", action="store_true", help="also time one short completion of the LLM"
+    )
     return parser
 
 
@@ -397,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides["log"] = {"level": args.log_level}
     if getattr(args, "no_llm", False):
         overrides["llm"] = {"provider": "none"}
+    if getattr(args, "metrics_listen", None) is not None:
+        overrides["metrics"] = {"listen": args.metrics_listen}
     try:
         settings = config.load(args.config, overrides=overrides)
     except config.ConfigError as exc:
@@ -414,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         "migrate": lambda settings: cmd_migrate(settings, args),
         "index": lambda settings: cmd_index(settings, args),
         "ask": lambda settings: cmd_ask(settings, args),
+        "doctor": lambda settings: cmd_doctor(settings, args),
     }
     try:
         return handlers[args.command](settings)

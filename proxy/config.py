@@ -482,6 +482,19 @@ class LogSettings:
 
 
 @dataclass
+class MetricsSettings:
+    listen: str = field(
+        default="",
+        metadata=_doc(
+            "HOST:PORT where the proxy serves GET /metrics in Prometheus' text format "
+            "(questions by outcome, stage latencies, the LLM's queue, client connections, "
+            "relayed messages and bytes), e.g. 127.0.0.1:9187. Empty: no metrics endpoint. "
+            "It has no authentication: keep it on a private address."
+        ),
+    )
+
+
+@dataclass
 class Settings:
     proxy: ProxySettings = field(default_factory=ProxySettings)
     embedded: EmbeddedSettings = field(default_factory=EmbeddedSettings)
@@ -493,6 +506,7 @@ class Settings:
     llm: LLMSettings = field(default_factory=LLMSettings)
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
 
 def _sections(settings: Settings) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The asyncio driver: the listener and the two socket pumps. The only module that touches sockets.
+"""The asyncio driver: the listener and the two socket pumps. The only module that touches the
+clients' and servers' sockets (`proxy.metrics` serves GET /metrics on a listener of its own).
 
 Each accepted client gets a `ClientConnection` (an asyncio Protocol) that owns a `Session` and,
 once the client has sent its StartupMessage, one `UpstreamConnection` to the upstream server
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from proxy import metrics
 from proxy.answerer import Answerer
 from proxy.config import Settings
 from proxy.nl2sql.answer import Answer, AnswerError
@@ -138,8 +140,10 @@ class ClientConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         self.send_client = self.transport.write
         proxy = self.proxy
+        proxy.counters.accepted += 1
         if len(proxy.clients) >= proxy.max_clients:
             self.session.refuse_with = errors.too_many_connections(proxy.max_clients)
+            proxy.counters.refused += 1
         proxy.clients.add(self)
         _no_delay(transport)
         self._startup_timer = self.loop.call_later(proxy.startup_timeout, self._startup_expired)
@@ -150,7 +154,9 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.send_client = _discard
-        self.proxy.clients.discard(self)
+        if self in self.proxy.clients:
+            self.proxy.clients.discard(self)
+            self.proxy.counters.closed_traffic.add(self.session.traffic())
         if self._startup_timer is not None:
             self._startup_timer.cancel()
         self.session.client_closed()
@@ -281,10 +287,12 @@ class Proxy:
         self.startup_timeout = startup_timeout
         self.cancel_keys = CancelKeys()
         self.clients: set[ClientConnection] = set()
+        self.counters = metrics.ProxyCounters()
         self.loop = asyncio.get_running_loop()
         self.settings = settings or Settings()
         self.answerer = Answerer(self.settings, self.loop)
         self._server: asyncio.Server | None = None
+        self._metrics_server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
@@ -306,6 +314,25 @@ class Proxy:
         task: asyncio.Task[None] = self.loop.create_task(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def metrics_text(self) -> str:
+        """Every metric of this proxy, in Prometheus' text format (on the event loop)."""
+        live = metrics.Traffic()
+        for client in self.clients:
+            live.add(client.session.traffic())
+        return metrics.exposition(
+            [
+                *self.counters.families(len(self.clients), live),
+                *self.answerer.questions.families(),
+                *metrics.LLM.families(),
+            ]
+        )
+
+    async def serve_metrics(self, host: str, port: int) -> tuple[str, int]:
+        """Serve GET /metrics on host:port ([metrics] listen); returns the address bound."""
+        self._metrics_server = await metrics.serve(self.metrics_text, host, port)
+        bound = self._metrics_server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
 
     async def send_cancel(self, key: BackendKeyData) -> None:
         """Deliver a CancelRequest to the upstream server on a connection of its own."""
@@ -331,6 +358,8 @@ class Proxy:
         """Stop accepting, tell each connected client why, and close every connection."""
         if self._server is not None:
             self._server.close()
+        if self._metrics_server is not None:
+            self._metrics_server.close()
         goodbye = errors.shutting_down()
         for client in list(self.clients):
             session = client.session

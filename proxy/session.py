@@ -39,6 +39,7 @@ from typing import Protocol
 
 from proxy.directive_flow import Ask, Exchange, Quiesce, Steps, batch_flow, query_flow
 from proxy.directives import Directive, DirectiveError, parse
+from proxy.metrics import Traffic
 from proxy.nl2sql.answer import Answer, AnswerError
 from proxy.rewrite import forget_in_query, plan_batch
 from proxy.upstream import (
@@ -234,6 +235,18 @@ class Session:
     @property
     def closed(self) -> bool:
         return self.phase is Phase.CLOSED
+
+    def traffic(self) -> Traffic:
+        """Messages and bytes each way since authentication (the relays' own counts)."""
+        to_server, to_client = self._to_server, self._to_client
+        if to_server is None or to_client is None:
+            return Traffic()
+        return Traffic(
+            to_server.message_count,
+            to_server.byte_count,
+            to_client.message_count,
+            to_client.byte_count,
+        )
 
     # ------------------------------------------------------------ events from the driver
 

@@ -36,6 +36,7 @@ from pglast import ast, parse_sql
 from pglast.enums import SetOperation, TransactionStmtKind
 from pglast.parser import ParseError, scan
 
+from proxy import metrics
 from proxy.config import ConfigError, LLMSettings
 from proxy.nl2sql.prompts import Message
 
@@ -513,7 +514,9 @@ class LLMCompleter:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settings.deadline_s
         if self._slots is None:
-            return await self._answer(messages, deadline)
+            return await self._counted(messages, deadline)
+        queue = metrics.LLM
+        queue.waiting += 1  # pgnl_llm_queue_depth (this loop alone moves it)
         try:
             async with asyncio.timeout_at(deadline):
                 await self._slots.acquire()
@@ -523,10 +526,22 @@ class LLMCompleter:
                 f"deadline_s = {settings.deadline_s:g} s: raise deadline_s, or serve the model "
                 "where it answers several at once (provider openai)"
             ) from None
+        finally:
+            queue.waiting -= 1
+        try:
+            return await self._counted(messages, deadline)
+        finally:
+            self._slots.release()
+
+    async def _counted(
+        self, messages: Sequence[Message], deadline: float
+    ) -> tuple[str, bool, tuple[int, int]]:
+        queue = metrics.LLM
+        queue.in_flight += 1  # pgnl_llm_requests_in_flight
         try:
             return await self._answer(messages, deadline)
         finally:
-            self._slots.release()
+            queue.in_flight -= 1
 
     async def _answer(
         self, messages: Sequence[Message], deadline: float

@@ -25,6 +25,8 @@ typedef struct {
     int last_type;            /* type byte of the last message whose header was seen, or 0 */
     int status;               /* status byte of the last ReadyForQuery */
     unsigned long long ready_count; /* ReadyForQuery headers seen */
+    unsigned long long message_count; /* message headers seen (pgnl's metrics) */
+    unsigned long long byte_count;    /* bytes fed (pgnl's metrics) */
     int terminated;           /* a Terminate ('X') went by */
     int broken;               /* a violation was reported: relay nothing more */
     unsigned long max_length;
@@ -55,6 +57,8 @@ Relay_init(Relay *self, PyObject *args, PyObject *kwds)
     self->last_type = 0;
     self->status = 'I';
     self->ready_count = 0;
+    self->message_count = 0;
+    self->byte_count = 0;
     self->terminated = 0;
     self->broken = 0;
     self->max_length = max_length;
@@ -108,6 +112,7 @@ static void
 note_type(Relay *self, const unsigned char *buf, Py_ssize_t n, int kind, Py_ssize_t body)
 {
     self->last_type = kind;
+    self->message_count++;
     if (kind == 'Z') {
         self->ready_count++;
         if (body < n)
@@ -131,6 +136,7 @@ Relay_feed(Relay *self, PyObject *data)
     const unsigned char *buf = (const unsigned char *)view.buf;
     Py_ssize_t n = view.len;
     Py_ssize_t pos = self->skip;
+    self->byte_count += (unsigned long long)n;
 
     if (pos >= n && self->head_len == 0 && self->status_at < 0) {
         self->skip = pos - n;  /* the chunk lies inside one long message */
@@ -234,6 +240,13 @@ Relay_get_ready_count(Relay *self, void *closure)
 }
 
 static PyObject *
+Relay_get_u64(Relay *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(
+        *(unsigned long long *)((char *)self + (Py_ssize_t)closure));
+}
+
+static PyObject *
 Relay_get_bool(Relay *self, void *closure)
 {
     return PyBool_FromLong(*(int *)((char *)self + (Py_ssize_t)closure));
@@ -251,6 +264,10 @@ static PyGetSetDef Relay_getset[] = {
      "Status byte of the last ReadyForQuery.", (void *)offsetof(Relay, status)},
     {"ready_count", (getter)Relay_get_ready_count, NULL,
      "ReadyForQuery messages whose header was seen.", NULL},
+    {"message_count", (getter)Relay_get_u64, NULL, "Messages whose header was seen.",
+     (void *)offsetof(Relay, message_count)},
+    {"byte_count", (getter)Relay_get_u64, NULL, "Bytes fed (relayed or not).",
+     (void *)offsetof(Relay, byte_count)},
     {"terminated", (getter)Relay_get_bool, NULL, "A Terminate message went by.",
      (void *)offsetof(Relay, terminated)},
     {"broken", (getter)Relay_get_bool, NULL, "A violation was reported; nothing is relayed.",
@@ -322,6 +339,7 @@ scan_plain(PyObject *module, PyObject *args)
     Py_ssize_t n = view.len;
     Py_ssize_t pos = 0;
     long long syncs = 0;
+    long long messages = 0;
     int open_batch = 0;
     int plain = 1;
     while (n - pos >= 5) {
@@ -366,12 +384,13 @@ scan_plain(PyObject *module, PyObject *args)
             plain = 0;
             break;
         }
+        messages++;
         pos = end;
     }
     PyBuffer_Release(&view);
     if (!plain || pos != n || open_batch)
         Py_RETURN_NONE;
-    return Py_BuildValue("(LLi)", syncs, in_run, last_other);
+    return Py_BuildValue("(LLiL)", syncs, in_run, last_other, messages);
 }
 
 static PyMethodDef framing_functions[] = {

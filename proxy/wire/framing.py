@@ -74,7 +74,8 @@ class PyRelay:
     and calls `write(chunk)` with the very same object. On an impossible length it calls
     `on_violation(message)` instead, and relays nothing more. Facts kept for the session:
     `at_boundary`, `last_type`, `status` (of the last ReadyForQuery), `ready_count` (how many
-    ReadyForQuery headers went by), `terminated` (a Terminate went by). `write` may be replaced,
+    ReadyForQuery headers went by), `terminated` (a Terminate went by); and, for pgnl's metrics,
+    `message_count` (message headers seen) and `byte_count` (bytes fed). `write` may be replaced,
     e.g. by a no-op once the other side has gone, or by the session while it reads the stream
     itself.
 
@@ -87,8 +88,10 @@ class PyRelay:
         "_skip",
         "_status_at",
         "broken",
+        "byte_count",
         "last_type",
         "max_length",
+        "message_count",
         "on_violation",
         "ready_count",
         "status",
@@ -111,6 +114,8 @@ class PyRelay:
         self.last_type = 0  # type byte of the last message whose header was seen
         self.status = 73  # ord("I"): the status byte of the last ReadyForQuery
         self.ready_count = 0  # ReadyForQuery messages whose header was seen
+        self.message_count = 0  # message headers seen
+        self.byte_count = 0  # bytes fed
         self.terminated = False
         self.broken = False
 
@@ -124,6 +129,7 @@ class PyRelay:
         if self.broken:
             return
         n = len(data)
+        self.byte_count += n
         pos = self._skip
         if pos >= n and not self._head and self._status_at < 0:
             self._skip = pos - n  # the chunk lies inside one long message
@@ -170,6 +176,7 @@ class PyRelay:
 
     def _note(self, data: bytes, kind: int, body: int) -> None:
         self.last_type = kind
+        self.message_count += 1
         if kind == 90:  # "Z": ReadyForQuery, whose one byte is the transaction status
             self.ready_count += 1
             if body < len(data):

@@ -70,18 +70,20 @@ def might_be_directive(data: bytes, start: int, end: int) -> bool:
 
 def py_scan_plain(
     data: bytes, in_run: int, last_other: int, names: bool
-) -> tuple[int, int, int] | None:
+) -> tuple[int, int, int, int] | None:
     """Whether `data` is whole Queries and whole batches (each ended by its Sync) none of which
     may concern a directive: no text that `might_be_directive`, and, when the session has
     statements made from directives (`names`), no Bind, Describe, Close or Parse at all.
 
     Returns (Syncs and Queries in it, Syncs since the last other message, the type of that
-    message), from `in_run` and `last_other` before it; None when the chunk needs the slow walk.
+    message, the messages in it), from `in_run` and `last_other` before it; None when the chunk
+    needs the slow walk.
     This is the reference implementation; `_framing.c` has the same in C (`scan_plain`).
     """
     n = len(data)
     pos = 0
     syncs = 0
+    messages = 0
     open_batch = False
     while n - pos >= 5:
         kind = data[pos]
@@ -111,10 +113,11 @@ def py_scan_plain(
             last_other = kind
         else:
             return None
+        messages += 1
         pos = end
     if pos != n or open_batch:
         return None
-    return syncs, in_run, last_other
+    return syncs, in_run, last_other, messages
 
 
 def _forgets_statements(data: bytes, start: int, end: int) -> bool:
@@ -141,7 +144,7 @@ class Unit:
         return self.messages[0][0] == b"Q"
 
 
-scan_plain: Callable[[bytes, int, int, bool], tuple[int, int, int] | None]
+scan_plain: Callable[[bytes, int, int, bool], tuple[int, int, int, int] | None]
 if TYPE_CHECKING:
     scan_plain = py_scan_plain
 else:
@@ -179,6 +182,9 @@ class FrontendSplitter:
         self.statements = statements
         self.max_length = max_length
         self.syncs = 0  # requests passed on that the server answers with a ReadyForQuery
+        # For pgnl's metrics: the client's messages (whole headers seen) and bytes.
+        self.message_count = 0
+        self.byte_count = 0
         self.terminated = False
         self.broken = False
         self.paused = False
@@ -208,6 +214,7 @@ class FrontendSplitter:
         """Account for one chunk from the client: pass on, hold or offer what it holds."""
         if self.broken:
             return
+        self.byte_count += len(data)
         if self.paused:
             self._backlog += data
             return
@@ -231,8 +238,9 @@ class FrontendSplitter:
         scanned = scan_plain(data, self._syncs_in_run, self._last_other, bool(self.statements))
         if scanned is None:
             return False
-        syncs, self._syncs_in_run, self._last_other = scanned
+        syncs, self._syncs_in_run, self._last_other, messages = scanned
         self.syncs += syncs
+        self.message_count += messages
         self._in_copy = False
         self.write(data)
         return True
@@ -248,6 +256,7 @@ class FrontendSplitter:
         backlog = bytes(self._backlog)
         self._backlog.clear()
         if backlog:
+            self.byte_count -= len(backlog)  # counted when it came; `feed` counts it again
             self.feed(backlog)
 
     def backlog_size(self) -> int:
@@ -279,7 +288,9 @@ class FrontendSplitter:
                     held = False  # PostgreSQL refuses it on reading the length: pass it on
             end = pos + 1 + length if whole_header else n + 1
             if held and end > n:
-                break  # held until it is whole
+                break  # held until it is whole (and walked, and counted, then)
+            if whole_header:  # (else once the header is whole, in `_stream`)
+                self.message_count += 1
             if self.skipping and kind != _SYNC:
                 self._pass(data, run, pos)
                 if end > n:
@@ -371,6 +382,7 @@ class FrontendSplitter:
                 if length < 4 or length > self.max_length:
                     self._violation(kind, length)
                     return b""
+                self.message_count += 1
                 self._count(kind)
                 self._skip = length - 4
         take = min(self._skip, len(data) - used)

@@ -82,6 +82,7 @@ def test_any_chunking_gives_the_same_facts(cls: type[PyRelay], cuts: list[int]) 
         relay.feed(piece)
     assert sink.written == pieces  # the very chunks, in order
     assert relay.at_boundary
+    assert relay.message_count == 6 and relay.byte_count == len(SERVER_STREAM)  # the metrics
     assert relay.status == ord("E")
     assert relay.last_type == ord("Z")
     assert not relay.terminated and not sink.violations
@@ -206,6 +207,8 @@ def test_c_and_python_relays_agree(stream: bytes, cuts: list[int]) -> None:
             relay.last_type,
             relay.status,
             relay.ready_count,
+            relay.message_count,
+            relay.byte_count,
             relay.terminated,
             relay.broken,
         )

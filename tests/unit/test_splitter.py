@@ -69,6 +69,15 @@ class Client:
         return b"".join(self.written)
 
 
+def message_count(stream: bytes) -> int:
+    """The messages in a well-framed stream."""
+    count = pos = 0
+    while pos < len(stream):
+        pos += 1 + struct.unpack_from("!I", stream, pos + 1)[0]
+        count += 1
+    return count
+
+
 def chunks(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts})
     out, start = [], 0
@@ -105,6 +114,8 @@ def test_plain_traffic_goes_through_unchanged_however_chunked(cuts: list[int]) -
     assert client.offered == [] and client.violations == []
     assert client.splitter.syncs == 5  # 2 Queries, 3 Syncs
     assert client.splitter.terminated and client.splitter.at_boundary
+    assert client.splitter.message_count == message_count(PLAIN) == 17  # the metrics
+    assert client.splitter.byte_count == len(PLAIN)
 
 
 def test_a_chunk_of_whole_messages_is_written_as_it_came() -> None:
@@ -259,6 +270,21 @@ def test_any_well_framed_stream_goes_through_unchanged(stream: bytes, cuts: list
     client.splitter.feed(SYNC)
     assert client.out == stream + SYNC
     assert client.violations == [] and client.splitter.at_boundary
+    assert client.splitter.message_count == message_count(stream) + 1
+    assert client.splitter.byte_count == len(stream) + 1 + 4
+
+
+def test_a_taken_unit_and_what_waited_meanwhile_are_counted_once() -> None:
+    client = Client(take=True)
+    question = Query("-- nl: how many?").encode()
+    after = Query("SELECT 1").encode() + batch(b"SELECT 2")
+    client.splitter.feed(question + after[:7])
+    client.splitter.feed(after[7:])
+    assert len(client.offered) == 1 and client.splitter.paused
+    client.splitter.resume()
+    assert client.out == after
+    assert client.splitter.message_count == 1 + message_count(after)
+    assert client.splitter.byte_count == len(question) + len(after)
 
 
 def test_a_message_that_is_not_held_is_passed_on_as_it_comes() -> None:
