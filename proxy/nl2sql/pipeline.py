@@ -1103,6 +1103,9 @@ class _Run:
             *sketch.tables,
             *(schema.columns[predicates[i].column].table for i in wanting),
             *tables_named_in(self.question, schema),
+            # a predicate on a foreign key: the question may name the row it references by
+            # that row's name ("airports in Germany": airports.country, countries.name)
+            *(t for i in wanting for t in schema.referenced_tables(predicates[i].column)),
         }
         names = tuple(sorted(schema.tables[t].name for t in wanted_tables))
         bound: list[Literal] = []

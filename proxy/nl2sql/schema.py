@@ -143,6 +143,12 @@ class Schema:
         }
         return tuple(sorted(edges))
 
+    def referenced_tables(self, column: int) -> frozenset[int]:
+        """The tables whose keys `column` references (none where it is no foreign key)."""
+        return frozenset(
+            self.columns[key.referenced].table for key in self.foreign_keys if key.column == column
+        )
+
     def qualified(self, column: int) -> str:
         """`table.column` for a global column index."""
         item = self.columns[column]

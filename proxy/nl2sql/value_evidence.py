@@ -262,7 +262,7 @@ def conditions_on_named_values(
             if condition.operator != "=" or number:
                 continue
         elif column not in named.searched:
-            referenced = _referenced_tables(schema, column)
+            referenced = schema.referenced_tables(column)
             if not referenced or _names_a_code(question, free):
                 continue  # its values are not known: nothing says they are not the question's
             within = referenced  # a key: the question names a row of the table it references
@@ -343,13 +343,6 @@ def conditions_on_a_year(
         conditions[i] = replace(condition, column=years[0])
         break
     return replace(slots, where=tuple(conditions))
-
-
-def _referenced_tables(schema: Schema, column: int) -> frozenset[int]:
-    """The tables whose keys `column` references (none where it is no foreign key)."""
-    return frozenset(
-        schema.columns[key.referenced].table for key in schema.foreign_keys if key.column == column
-    )
 
 
 _CODE = re.compile(r"\bcodes?\b", re.IGNORECASE)
