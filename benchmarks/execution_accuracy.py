@@ -823,8 +823,15 @@ class ProxyProcess:
 
 
 def start_proxy(
-    mode: str, upstream: str, base: Path, log_name: str, env: Mapping[str, str]
+    mode: str,
+    upstream: str,
+    base: Path,
+    log_name: str,
+    env: Mapping[str, str],
+    *,
+    root: Path = REPO_ROOT,
 ) -> ProxyProcess:
+    """`pgnl serve` of the checkout at `root` (this one by default), its log in base/log_name."""
     log = base / log_name
     argv = [sys.executable, "-m", "proxy", "--log-level", "warning", "serve"]
     argv += ["--listen", "127.0.0.1:0", "--upstream", upstream]
@@ -833,7 +840,7 @@ def start_proxy(
             argv,
             stdout=subprocess.PIPE,
             stderr=stderr,
-            cwd=REPO_ROOT,
+            cwd=root,
             env=dict(env),
             start_new_session=True,  # Ctrl-C reaches this program, which then stops pgnl
         )

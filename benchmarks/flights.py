@@ -54,7 +54,6 @@ from psycopg import conninfo, sql
 from benchmarks.execution_accuracy import (
     LOG_QUERY,
     SERVER_SETTINGS,
-    STARTUP_TIMEOUT_S,
     BenchError,
     Client,
     ProxyProcess,
@@ -63,10 +62,11 @@ from benchmarks.execution_accuracy import (
     logged_answer,
     percentile,
     progress,
+    start_proxy,
     through_proxy,
     upstream_of,
 )
-from benchmarks.proxy_overhead import free_port, read_line, workspace
+from benchmarks.proxy_overhead import free_port, workspace
 from proxy.embedded import EmbeddedPostgres
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -411,29 +411,6 @@ def _pgnl(root: Path, env: Mapping[str, str], *args: str) -> None:
         raise BenchError(f"pgnl {args[0]} in {root} failed:\n{done.stderr[-2000:]}")
 
 
-def start_proxy(root: Path, env: Mapping[str, str], upstream: str, log: Path) -> ProxyProcess:
-    argv = [sys.executable, "-m", "proxy", "--log-level", "warning", "serve"]
-    argv += ["--listen", "127.0.0.1:0", "--upstream", upstream]
-    with log.open("ab") as stderr:
-        process = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            cwd=root,
-            env=dict(env),
-            start_new_session=True,
-        )
-    assert process.stdout is not None
-    line = read_line(process.stdout, STARTUP_TIMEOUT_S)
-    if not line.startswith("listening: "):
-        process.kill()
-        process.wait()
-        raise BenchError(
-            f"pgnl serve in {root} did not start ({line!r}):\n{log.read_text()[-2000:]}"
-        )
-    return ProxyProcess(str(root), process, int(line.rpartition(":")[2]), log)
-
-
 def commit_of(root: Path) -> str:
     done = subprocess.run(
         ["git", "log", "-1", "--format=%h %s"],
@@ -521,7 +498,7 @@ def run_checkout(
     _pgnl(root, env, "migrate", "--dsn", dsn)
     _pgnl(root, env, "index", "--dsn", dsn, "--no-progress")
     progress(f"  migrated and indexed in {time.perf_counter() - began:.1f} s")
-    proxy = start_proxy(root, env, upstream_of(admin_dsn), base / f"{name}.log")
+    proxy = start_proxy(str(root), upstream_of(admin_dsn), base, f"{name}.log", env, root=root)
     try:
         answers = asyncio.run(_ask_all(proxy, through_proxy(dsn, proxy.port), golds, args.timeout))
     finally:
