@@ -49,6 +49,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from model_export.sketch_labels import Unlabelable, label
+from model_export.spider import spider_dir
 from proxy.nl2sql.complete_plm import (
     CompletionError,
     Literal,
@@ -60,7 +61,7 @@ from proxy.nl2sql.joins import connected
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.sketch import STAR, Sketch
 
-SPIDER = Path(__file__).resolve().parents[2] / "shared" / "data" / "spider"
+SPIDER = spider_dir()
 MODES = ("gold literals", "question literals only")
 
 Rows = list[tuple[Any, ...]]
@@ -310,7 +311,9 @@ def _percent(count: int, total: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--spider", type=Path, default=SPIDER, help="the Spider folder")
+    parser.add_argument(
+        "--spider", type=Path, default=SPIDER, help="the Spider folder (default: $PGNL_SPIDER_DIR)"
+    )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per query")
     parser.add_argument("--show", type=int, default=0, help="examples of each reason (stderr)")
     arguments = parser.parse_args(argv)

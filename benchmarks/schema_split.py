@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from model_export.spider import spider_dir
 from proxy.nl2sql.encoding import MAX_LENGTH
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table, load_spider_schemas
 from proxy.nl2sql.serialize import (
@@ -35,7 +36,7 @@ from proxy.nl2sql.serialize import (
 )
 from proxy.runtime import load_tokenizer
 
-SPIDER = Path(__file__).resolve().parents[2] / "shared" / "data" / "spider"
+SPIDER = spider_dir()
 QUESTION_TOKENS = 20
 """The question beside the schema: 20 tokens, one value named."""
 TOKENIZER = Path(__file__).resolve().parents[1] / "proxy" / "models" / "sketch" / "tokenizer.json"

@@ -3,9 +3,10 @@
 Library for the benchmarks that execute Spider questions on PostgreSQL (calibration, accuracy):
 
 - `load_dev_databases(admin_dsn)` loads each Spider dev database (a SQLite file under
-  `shared/data/spider/database/`) into a PostgreSQL database of its own, `spider_<db_id>`
-  (lower-cased), and returns db_id -> DSN. Tables go to schema `public` under the SQLite names,
-  lower-cased (Spider's SQL is case-insensitive on identifiers), rows are copied with COPY, and
+  `database/` of $PGNL_SPIDER_DIR, Spider's folder: `spider_dir`) into a PostgreSQL database of
+  its own, `spider_<db_id>` (lower-cased), and returns db_id -> DSN. Tables go to schema
+  `public` under the SQLite names, lower-cased (Spider's SQL is case-insensitive on
+  identifiers), rows are copied with COPY, and
   the primary and foreign keys of `tables.json` are added where the data satisfies them (the
   others are skipped and counted). A database already loaded from the same file is re-used: the
   loader marks a finished load with a comment on the database. `wta_1`, a dev database whose
@@ -37,7 +38,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import sqlite3
 import sys
@@ -55,6 +55,8 @@ from pglast import keywords as pg_keywords
 from psycopg import sql
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, SqlglotError
+
+from model_export.spider import spider_dir as find_spider
 
 DEV_DATABASES: tuple[str, ...] = (
     "battle_death",
@@ -86,15 +88,9 @@ BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 
 
 def spider_dir() -> Path:
-    """Spider's folder: $PGNL_SPIDER_DIR, else shared/data/spider beside or above the checkout."""
-    configured = os.environ.get("PGNL_SPIDER_DIR")
-    if configured:
-        return Path(configured)
-    root = Path(__file__).resolve().parents[1]
-    for candidate in (root / "shared", root.parent / "shared"):
-        if (candidate / "data" / "spider" / "tables.json").exists():
-            return candidate / "data" / "spider"
-    return root.parent / "shared" / "data" / "spider"
+    """Spider's folder: $PGNL_SPIDER_DIR, else the shared copy beside the checkout
+    (`model_export.spider`)."""
+    return find_spider()
 
 
 def sqlite_path(db_id: str) -> Path:

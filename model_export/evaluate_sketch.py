@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from model_export.spider import spider_dir
 from proxy.config import IndexSettings
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.sketch import Sketch, from_candidates, keyword_candidates, select_candidates
@@ -34,7 +35,7 @@ from proxy.nl2sql.value_evidence import ColumnValues, NamedValues
 from proxy.valueindex.scan import SAMPLE_DISTINCT, name_skip_reason, sample_skip_reason, value_shape
 
 ROOT = Path(__file__).resolve().parents[1]
-SPIDER = ROOT.parent / "shared" / "data" / "spider"
+SPIDER = spider_dir()
 RANKINGS = ("combined", "aligner", "sketch")
 REACH = {"select": (4, 8, 16, 32), "from": (2, 4, 8), "keywords": (2, 4, 8)}
 """Depths at which the sketch model's own candidates are searched for the gold part

@@ -357,7 +357,7 @@ def cosines(a: FloatArray, b: FloatArray) -> FloatArray:
     return np.asarray((a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)))
 
 
-THRESHOLD = 0.65  # predicate calibration's similarity threshold (DESIGN.md, ZeroNL2SQL's r)
+THRESHOLD = 0.65  # predicate calibration's similarity threshold (docs/method.md, ZeroNL2SQL's r)
 
 
 def similarities(x: FloatArray) -> FloatArray:

@@ -63,6 +63,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from model_export.spider import spider_dir
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
 
@@ -650,8 +651,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "spider",
         nargs="?",
         type=Path,
-        default=Path(__file__).resolve().parents[2] / "shared" / "data" / "spider",
-        help="the Spider folder (train.json, dev.json, tables.json)",
+        default=spider_dir(),
+        help="the Spider folder (train.json, dev.json, tables.json; default: $PGNL_SPIDER_DIR)",
     )
     arguments = parser.parse_args(argv)
     schemas = load_spider_schemas(arguments.spider / "tables.json")

@@ -1,7 +1,8 @@
 """Train the sketch model on Spider train: `python -m model_export.train_sketch`.
 
-Reads ../shared/data/spider (train.json, dev.json, tables.json), labels every gold query
-(`sketch_labels`), serializes each schema into windows beside its question (`proxy.nl2sql.encoding`)
+Reads Spider from $PGNL_SPIDER_DIR (Spider's folder: train.json, dev.json, tables.json;
+`model_export.spider`), labels every gold query (`sketch_labels`),
+serializes each schema into windows beside its question (`proxy.nl2sql.encoding`)
 and fine-tunes all-MiniLM-L6-v2 with the sketch heads (`sketch_model`), multi-task binary
 cross-entropy, AdamW with linear warm-up and decay, bf16 autocast where the CPU computes bf16
 natively (`--precision`; fp32 elsewhere: on 2 AVX2 cores about 2.9 s a step of 16 windows, some
@@ -51,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from model_export.spider import spider_dir
 from model_export.training import (
     add_hardware_arguments,
     progress,
@@ -80,7 +82,7 @@ from proxy.nl2sql.value_evidence import ColumnValues, NamedValues
 from proxy.runtime import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-SPIDER = ROOT.parent / "shared" / "data" / "spider"
+SPIDER = spider_dir()
 DEFAULT_WORKDIR = ROOT / "build" / "sketch_model"
 RECIPE_COMMAND = "python -m model_export.train_sketch --recipe"
 

@@ -1,8 +1,8 @@
 """The worker's view of the calling backend: every query the worker needs is run by the backend,
 as the caller's own role (see `calls`), over the channel.
 
-- `RemoteDatabase`: DESIGN.md's `Database`, for answering a question (`nl.sql`, `nl.ask`,
-  `nl.explain`);
+- `RemoteDatabase`: the pipeline's `proxy.nl2sql.database.Database` (docs/method.md), for
+  answering a question (`nl.sql`, `nl.ask`, `nl.explain`);
 - `RemoteIndexConnection`: `proxy.valueindex.IndexConnection`, for building the value index
   (`nl.refresh_index`): each of the build's transactions is a subtransaction of the caller's,
   the job holds a transaction-level advisory lock, and new rows go in with INSERT.

@@ -1,7 +1,7 @@
 """PLM-only completion: a `Sketch` made into one PostgreSQL SELECT without any LLM.
 
 This is how pgnl answers with no LLM configured, and its fall-back when the LLM fails
-(DESIGN.md, "The LLM"). Everything comes from the sketch and its `Slots`, the schema's keys,
+(docs/method.md, "Completion"). Everything comes from the sketch and its `Slots`, the schema's keys,
 the literals found in the question (`question_literals`) or by calibration, and a few cues of
 the question's wording:
 

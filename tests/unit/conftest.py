@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from model_export.spider import NOT_FOUND, spider_dir
 from proxy.nl2sql.schema import Schema, load_spider_schemas
 
-SPIDER = Path(__file__).resolve().parents[3] / "shared" / "data" / "spider"
+SPIDER = spider_dir()
 
 
 @pytest.fixture(scope="session")
@@ -16,5 +15,5 @@ def spider() -> dict[str, Schema]:
     """Every Spider schema (tables.json) by database name; the test is skipped without Spider."""
     tables = SPIDER / "tables.json"
     if not tables.exists():
-        pytest.skip(f"Spider is not at {SPIDER}")
+        pytest.skip(NOT_FOUND)
     return load_spider_schemas(tables)

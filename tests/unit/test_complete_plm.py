@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from pglast import ast, parse_sql
 
 from benchmarks.completion_oracle import gold_literals
 from model_export.sketch_labels import Unlabelable, label
+from model_export.spider import NOT_FOUND, spider_dir
 from proxy.nl2sql.complete_plm import (
     CompletionError,
     Literal,
@@ -26,7 +26,7 @@ from proxy.nl2sql.joins import implicit_keys
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table, load_spider_schemas
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
 
-SPIDER = Path(__file__).resolve().parents[3] / "shared" / "data" / "spider"
+SPIDER = spider_dir()
 
 # (schema, table) -> columns as (name, type, primary key)
 _TABLES: dict[tuple[str, str], tuple[tuple[str, str, bool], ...]] = {
@@ -938,7 +938,7 @@ def _assert_one_select(sql: str) -> None:
 @pytest.fixture(scope="module")
 def dev() -> list[tuple[Schema, dict[str, str]]]:
     if not (SPIDER / "dev.json").is_file() or not (SPIDER / "tables.json").is_file():
-        pytest.skip(f"Spider is not at {SPIDER}")
+        pytest.skip(NOT_FOUND)
     schemas = load_spider_schemas(SPIDER / "tables.json")
     examples = json.loads((SPIDER / "dev.json").read_text(encoding="utf-8"))
     return [(schemas[example["db_id"]], example) for example in examples]
@@ -984,7 +984,7 @@ def test_implicit_keys_find_undeclared_foreign_keys(
 ) -> None:
     """With tables.json's declared keys hidden, the implicit keys find these."""
     if not (SPIDER / "tables.json").is_file():
-        pytest.skip(f"Spider is not at {SPIDER}")
+        pytest.skip(NOT_FOUND)
     schema = load_spider_schemas(SPIDER / "tables.json")[db_id]
     bare = Schema(name=schema.name, tables=schema.tables, columns=schema.columns)
     found = {(bare.qualified(k.column), bare.qualified(k.referenced)) for k in implicit_keys(bare)}
@@ -995,7 +995,7 @@ def test_implicit_keys_leave_generic_words_alone() -> None:
     """`charge_type` says nothing of which table it points to (not `Treatment_Types`), nor
     does `BlockCode` point to every table whose key is `Code`."""
     if not (SPIDER / "tables.json").is_file():
-        pytest.skip(f"Spider is not at {SPIDER}")
+        pytest.skip(NOT_FOUND)
     schemas = load_spider_schemas(SPIDER / "tables.json")
     for db_id, name in (("dog_kennels", "Charges.charge_type"), ("hospital_1", "Room.BlockCode")):
         schema = schemas[db_id]

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
 from model_export.sketch_labels import Unlabelable, label, label_examples, spider_parts
+from model_export.spider import NOT_FOUND, spider_dir
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table, load_spider_schemas
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
 
-SPIDER = Path(__file__).resolve().parents[3] / "shared" / "data" / "spider"
+SPIDER = spider_dir()
 
 _TABLES = {
     "stadium": ("Stadium_ID", "Location", "Name", "Capacity", "Highest", "Lowest", "Average"),
@@ -348,7 +348,7 @@ def test_spider_parts_reads_spider_parse() -> None:
     )
 
 
-@pytest.mark.skipif(not (SPIDER / "dev.json").exists(), reason="Spider is not in ../shared/data")
+@pytest.mark.skipif(not (SPIDER / "dev.json").exists(), reason=NOT_FOUND)
 def test_spider_dev_agrees_with_spider_parse() -> None:
     schemas = load_spider_schemas(SPIDER / "tables.json")
     examples = json.loads((SPIDER / "dev.json").read_text(encoding="utf-8"))

@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 
 from model_export.hand_checked import QUESTIONS, HandChecked
+from model_export.spider import NOT_FOUND, spider_dir
 from proxy import runtime
 from proxy.config import ConfigError, RuntimeSettings, SketchSettings
 from proxy.nl2sql import sketcher as sketch_stage
@@ -30,7 +31,7 @@ from proxy.nl2sql.sketch import (
 )
 from proxy.nl2sql.value_evidence import NamedValues
 
-SPIDER = Path(__file__).resolve().parents[3] / "shared" / "data" / "spider"
+SPIDER = spider_dir()
 CPU = RuntimeSettings(provider="cpu", threads=1)
 
 
@@ -84,7 +85,7 @@ def test_loaded_once_per_settings(sketcher: sketch_stage.Sketcher) -> None:
     assert sketcher.provider == "CPUExecutionProvider"
 
 
-@pytest.mark.skipif(not SPIDER.exists(), reason="../shared/data/spider is not here")
+@pytest.mark.skipif(not SPIDER.exists(), reason=NOT_FOUND)
 def test_every_dev_schema_gets_valid_ranked_sketches(sketcher: sketch_stage.Sketcher) -> None:
     schemas = load_spider_schemas(SPIDER / "tables.json")
     dev = json.loads((SPIDER / "dev.json").read_text(encoding="utf-8"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,11 +16,10 @@ from benchmarks.spider_hardness import (
     count_others,
     hardness,
 )
+from model_export.spider import NOT_FOUND, spider_dir
 
-SPIDER = Path(__file__).resolve().parents[3] / "shared" / "data" / "spider"
-needs_spider = pytest.mark.skipif(
-    not (SPIDER / "dev.json").exists(), reason="Spider is not in ../shared/data"
-)
+SPIDER = spider_dir()
+needs_spider = pytest.mark.skipif(not (SPIDER / "dev.json").exists(), reason=NOT_FOUND)
 
 
 def _column(column: int, aggregate: int = 0) -> list[Any]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from model_export.export_sketch import training_command
+from model_export.spider import NOT_FOUND
 from model_export.train_sketch import (
     SHIPPED_RECIPE,
     SPIDER,
@@ -132,7 +133,7 @@ def test_training_examples_show_the_values_their_question_names() -> None:
     """With --values, a question's windows show the database's values it names beside their
     columns (read from Spider's SQLite file); without, the schema alone."""
     if not (SPIDER / "dev.json").exists():
-        pytest.skip(f"Spider is not at {SPIDER}")
+        pytest.skip(NOT_FOUND)
     schemas = load_spider_schemas(SPIDER / "tables.json")
     # the base model's tokenizer, as the shipped sketch model carries it (no torch needed)
     encoder = WindowEncoder(load_tokenizer(SHIPPED_MODELS_DIR / "sketch" / "tokenizer.json", 512))
