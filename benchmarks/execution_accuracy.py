@@ -63,11 +63,10 @@
    PLM-only and LLM; `--llm-timeout` (600 s) for the embedded modes, whose one question may hold
    about ten LLM requests, each bounded by the proxy's own [llm] deadline_s (60 s): up to
    max_completions (3) sketch completions and the LLM's own query, each with a correction per
-   feedback round and a rewrite after calibration. Measured on 2 shared CPU cores with the 0.5B
-   model: 2 to 15 s a request (some 650 prompt tokens), by how busy the cores were, and in
-   "full" 8 to 48 s a question on average, 126 s the slowest of 6; the 1.5B is slower still.
-   The LLM timeout is there for a proxy that hangs, not to cut slow questions short (a miss by
-   timeout is no measure of the LLM's accuracy); lower it on a GPU build. (A question cancelled
+   feedback round and a rewrite after calibration (on a CPU such a question can take minutes:
+   docs/measurements.md). The LLM timeout is there for a proxy that hangs, not to cut slow
+   questions short (a miss by timeout is no measure of the LLM's accuracy); lower it on a GPU
+   build. (A question cancelled
    by the client goes on in the proxy until its pipeline's next query, so an LLM request of it
    may still delay the next.)
    The gold query is transpiled to PostgreSQL (`spider_pg.to_postgres`) and run on a direct

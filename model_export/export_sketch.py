@@ -77,13 +77,9 @@ COMBINATIONS = (
     ("float16 weights", "int8"),
     ("float16 weights", "float16 weights"),
 )
-"""(sketch model form, aligner form), tried in this order. Measured on Spider dev: int8 costs the
-sketch model 1.6-1.7 points of FROM (2026-12-01, 2026-12-02), int8 with its most sensitive
-MatMuls in float32 (`sensitive_matmul`) at most 0.7 of any part and ranking, int8 with only its
-first layer in float32 (`first_layer_matmul`) at most 0.7 against 1.2 all int8, for 4 ms less a
-question than `sensitive_matmul`'s (2026-12-03: the model that reads values), and int8 costs the
-aligner at most 0.6 (2026-12-02) and makes it 1.4 times as fast (aligner p50 45 -> 33 ms a
-question)."""
+"""(sketch model form, aligner form), tried in this order: the faster forms first. What each form
+was measured to cost on Spider dev is in docs/measurements.md ("Rules and their measured
+effect")."""
 ALIGNER_FORMS = ("int8", "float16 weights")
 """The aligner's forms `--aligner-only` tries, in this order."""
 
@@ -208,29 +204,16 @@ def export_aligner_fp32(target: Path, workdir: Path, layers: int) -> float:
 def sensitive_matmul(name: str) -> bool:
     """The encoder MatMuls whose int8 form costs the sketch model most: all of the first layer's,
     and every layer's feed-forward output projection (its input, after GELU, has the widest
-    range, which one uint8 scale per tensor serves worst). Measured on Spider dev (2026-12-02,
-    int8 aligner): the whole encoder in int8 lost 1.6 points of FROM (aligner ranking) against
-    fp32; the output projections alone kept in float32, 1.7 (combined FROM); those of layers 0-2,
-    1.5; the output projections and layer 0, at most 0.7 in any part and ranking, for a sketch
-    model p50 of 40.7 ms against 36.3 all int8 and 49.7 float16 weights, unfused (120 dev
-    questions, interleaved). Its best sketch changed the keywords of 8 of 1030 labelled dev
-    questions (2 right where fp32 was wrong, 3 the other way), but "What is the name of the
-    oldest singer?" lost its LIMIT (`hand_checked`), so the float16 form is the one shipped."""
+    range, which one uint8 scale per tensor serves worst). With the first stage's sketch model
+    this form dropped the LIMIT of "What is the name of the oldest singer?" (`hand_checked`),
+    so that model shipped in float16 weights."""
     return "/layer.0/" in name or ("/output/dense/" in name and "/attention/" not in name)
 
 
 def first_layer_matmul(name: str) -> bool:
     """The encoder MatMuls of its first layer, which reads the embeddings: the part of
-    `sensitive_matmul` that holds the accuracy. Measured on Spider dev (2026-12-03, the sketch model
-    that reads values, int8 aligner, pgnl's rules), top-1 SELECT / FROM / KEYWORDS under pgnl's
-    ranking and the sketch model's own: fp32 82.6 / 85.3 / 85.7 and 73.6 / 85.0 / 84.5; all int8
-    82.0 / 84.8 / 85.9 and 72.8 / 83.8 / 85.3 (FROM 1.2 lower); the first layer in float32
-    82.6 / 85.3 / 86.6 and 73.3 / 84.5 / 85.1; `sensitive_matmul`'s 82.6 / 85.8 / 86.0. Whole
-    sketch stage p50 (`benchmarks.sketch_accuracy`, 200 dev questions, interleaved): 41.5 ms all
-    int8, 45.1 the first layer in float32, 48.7 `sensitive_matmul`'s. Scaling activations against
-    weights before quantizing (SmoothQuant, alpha 0.5, calibrated on 300 Spider train questions)
-    did not help: 82.9 / 85.3 / 84.8 all int8, 82.3 / 85.5 / 86.0 with the first layer in
-    float32 (sketch ranking SELECT 71.9)."""
+    `sensitive_matmul` that holds the accuracy. Scaling activations against weights before
+    quantizing (SmoothQuant) was tried and did not help."""
     return "/layer.0/" in name
 
 
@@ -239,8 +222,8 @@ def shrink(
 ) -> dict[str, Any]:
     """int8 MatMul weights in the encoder (dynamic quantization, per channel) and a float16
     word-embedding table; returns what was done. The heads' MatMuls are left in float32: they
-    are small, and quantizing them too cost 1.8 points of FROM (top-1 on Spider dev, measured
-    2026-12-01), over the 1-point bound. So are the encoder MatMuls `keep_float32` names."""
+    are small, and quantizing them too cost more FROM accuracy than the 1-point bound allows. So
+    are the encoder MatMuls `keep_float32` names."""
     import onnx
     from onnx import helper, numpy_helper
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -289,10 +272,9 @@ def shrink(
 
 def fuse(source: Path, target: Path) -> dict[str, int]:
     """The encoder's attention, layer norms and GELUs fused into onnxruntime's transformer
-    kernels (`onnxruntime.transformers.optimizer`, BERT); returns how many of each. Measured
-    2026-12-02 on the sketch model in float16 weights: p50 47.2 -> 43.1 ms (120 dev questions,
-    interleaved, two rounds), the same dev figures to the tenth of a point. Not used for int8:
-    the fused int8 graph was slower (sketch model p50 30.3 against 27.2 ms)."""
+    kernels (`onnxruntime.transformers.optimizer`, BERT); returns how many of each. Faster for
+    the float16-weights form, with the same accuracy; not used for int8, where the fused graph
+    was slower."""
     from onnxruntime.transformers.optimizer import optimize_model
 
     from model_export.sketch_model import base_model_dir

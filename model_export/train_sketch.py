@@ -1,13 +1,12 @@
 """Train the sketch model on Spider train: `python -m model_export.train_sketch`.
 
 Reads Spider from $PGNL_SPIDER_DIR (Spider's folder: train.json, dev.json, tables.json;
-`model_export.spider`), labels every gold query (`sketch_labels`),
-serializes each schema into windows beside its question (`proxy.nl2sql.encoding`)
-and fine-tunes all-MiniLM-L6-v2 with the sketch heads (`sketch_model`), multi-task binary
-cross-entropy, AdamW with linear warm-up and decay, bf16 autocast where the CPU computes bf16
-natively (`--precision`; fp32 elsewhere: on 2 AVX2 cores about 2.9 s a step of 16 windows, some
-40 minutes an epoch of 753 steps, measured with `--limit 480`). The word embeddings stay frozen
-(they are the base model's, and training them on 7000 questions only overfits).
+`model_export.spider`), labels every gold query (`sketch_labels`), serializes each schema into
+windows beside its question (`proxy.nl2sql.encoding`) and fine-tunes all-MiniLM-L6-v2 with the
+sketch heads (`sketch_model`), multi-task binary cross-entropy, AdamW with linear warm-up and
+decay, bf16 autocast where the CPU computes bf16 natively (`--precision`; fp32 elsewhere;
+docs/models.md has how long an epoch takes). The word embeddings stay frozen (they are the base
+model's, and training them on 7000 questions only overfits).
 
 Long runs survive interruption: every `--checkpoint-every` steps the model, optimizer and
 position are written to `<workdir>/checkpoint.pt` (atomically); started again with the same
@@ -104,8 +103,8 @@ class Stage:
 
 # The shipped sketch model: 3 epochs from the base model, then three further runs at a lower
 # learning rate (1, 1 and 3 epochs), each of which raised the model's own dev top-1 SELECT, then
-# one epoch that shows it the values each question names (FROM 84.0 -> 85.6 on Spider dev with
-# pgnl's ranking; the shipped one started from the fourth stage's int8 weights, restored).
+# one epoch that shows it the values each question names (the shipped one started from the
+# fourth stage's int8 weights, restored; its effect: docs/measurements.md).
 SHIPPED_RECIPE = (
     Stage(epochs=3, lr=8e-5, head_lr=1e-3, seed=7),
     Stage(epochs=1, lr=3e-5, head_lr=3e-4, seed=8),

@@ -49,8 +49,7 @@ def choose_device(wanted: str) -> str:
 
 def native_bf16() -> bool:
     """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX), so that bf16 autocast
-    is faster than fp32. Without it bf16 is emulated: on a 2-core AVX2 machine a sketch-model
-    step took 18 times as long as in fp32 (0.3 against 5.5 windows/s)."""
+    is faster than fp32. Without it bf16 is emulated, and much slower than fp32."""
     import torch
 
     check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)

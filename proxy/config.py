@@ -166,8 +166,8 @@ class IndexSettings:
         default=20_000,
         metadata=_doc(
             "Below this many indexed values the HNSW graph is built with m = 8, "
-            "ef_construction = 32 and searched with ef_search 200 (recall@1 measured 1.000 up to "
-            "30,000 values), in about 0.4 of the time of pgvector's default graph (m = 16, "
+            "ef_construction = 32 and searched with ef_search 200 (as good a recall at this "
+            "size), in a fraction of the time of pgvector's default graph (m = 16, "
             "ef_construction = 64, searched with 100), which is built from here on. A refresh "
             "that grows the index past it rebuilds the graph once."
         ),
@@ -177,9 +177,8 @@ class IndexSettings:
         metadata=_doc(
             "From this many indexed values on, the HNSW graph is built with m = 32, "
             "ef_construction = 128 and searched with ef_search 200 (below: pgvector's 16 and 64, "
-            "searched with 100), which keeps look-ups' recall at 1M values (measured 0.995 "
-            "against 0.95) for a build about 3 times as long. A refresh that grows the index "
-            "past it rebuilds the graph once."
+            "searched with 100), which keeps look-ups' recall at 1M values, for a slower build. "
+            "A refresh that grows the index past it rebuilds the graph once."
         ),
     )
     max_key_values: int = field(
@@ -241,9 +240,8 @@ class SketchSettings:
         metadata=_doc(
             "The aligner reads only the SELECT x KEYWORDS pairs whose sketch-model "
             "log-probability is within this many nats of the most probable pair's; the others "
-            "rank after them, by that probability (7.0: on Spider dev it reads 7 of a "
-            "question's 12 pairs on average, and ranks as well as reading all 12). inf: every "
-            "pair."
+            "rank after them, by that probability (7.0 reads about half of a question's pairs "
+            "and ranks as well as reading them all). inf: every pair."
         ),
     )
     from_k: int = field(

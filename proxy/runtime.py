@@ -186,9 +186,8 @@ def create_session(
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     # Idle intra-op threads sleep instead of spinning: they share the cores with PostgreSQL, the
-    # proxy's event loop and the Python between two model runs. On the 2-core development
-    # machine the sketch stage (sketch model + aligner) took p50 87-131 ms without spinning
-    # against 156-174 ms with it (122 dev questions, four runs of each, alternating).
+    # proxy's event loop and the Python between two model runs (spinning threads made the sketch
+    # stage slower: docs/measurements.md).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         session = ort.InferenceSession(str(model_path), options, providers=list(providers))
@@ -297,11 +296,10 @@ class Embedder:
         """One L2-normalised row per text, in the order given; float32 (len(texts), dimension).
 
         Texts are truncated to `max_length` tokens and run in batches of similar length (less
-        padding, measured 2x faster than one batch of 256 short values). The shipped int8 model
-        quantizes activations per run, so a text's vector depends a little on its batch-mates:
-        the same text embedded alone and in a batch measured cosine 0.988 on average, 0.965 at
-        worst (manifest.json, int8_alone_vs_batched); repeated calls with the same texts in the
-        same order give identical results.
+        padding than one batch of mixed lengths). The shipped int8 model quantizes activations
+        per run, so a text's vector depends a little on its batch-mates (manifest.json,
+        int8_alone_vs_batched, has the measured agreement); repeated calls with the same texts in
+        the same order give identical results.
         """
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of strings, not one string")

@@ -50,8 +50,8 @@ sketch does not say:
   `text = integer`). The question's words overrule the slot head's operator where they contradict
   it: a number after "less than" is compared with <, even if the head said >, one after "equal
   to" or "exactly" with =, and a value a few
-  words after "not" ("other than", "except") with != instead of = (+1.1 points in execution on a
-  fifth of Spider dev), and with NOT LIKE where the head said LIKE; a value after "contains",
+  words after "not" ("other than", "except") with != instead of =, and with NOT LIKE where the
+  head said LIKE; a value after "contains",
   "substring" or "the letter" is matched with LIKE where the head said =.
 - A single numeric comparison (>, <, >=, <=) becomes BETWEEN when the question says "between
   5000 and 10000" or "1 to 2"; a BETWEEN with one number that the question compares ("less than
@@ -81,8 +81,8 @@ sketch does not say:
 - GROUP BY: `slots.group_by`; with aggregates beside plain SELECT columns, only those of its
   columns that identify a shown column's row (its table's primary key, or a foreign key to
   it: `GROUP BY concert.stadium_id`), else the shown columns themselves (a grouping column of
-  another table made wrong answers: dropping it measured 2.8 points better in execution on a
-  fifth of Spider dev); a grouping column that is its table's whole primary key gives way to
+  another table made wrong answers); a grouping column that is its table's whole primary key
+  gives way to
   the shown foreign keys of that table (`SELECT paragraphs.document_id ... GROUP BY
   paragraphs.document_id`, not `paragraph_id`: one row a group); a grouping column that names
   its row (`highschooler.name`) in a table another FROM table references by its one-column key

@@ -6,7 +6,8 @@ their operators, GROUP BY, HAVING, ORDER BY, LIMIT). Schema items are global ind
 `Schema` (`Schema.columns`, `Schema.tables`); `STAR` stands for `*`.
 
 The vocabularies below are shared by the labels the models are trained on
-(`model_export/sketch_labels.py`), the model heads, and decoding.
+(`model_export/sketch_labels.py`), the model heads, and decoding. What each repair below was
+measured to change on Spider is in docs/measurements.md ("Rules and their measured effect").
 """
 
 from __future__ import annotations
@@ -228,8 +229,8 @@ def k_best_sets(
 def valid_keywords(indexes: frozenset[int]) -> bool:
     """Clause rules a keyword set must obey: ORDER BY with exactly one direction and a direction
     only with ORDER BY; HAVING only with GROUP BY; LIMIT only with ORDER BY (without an order
-    the rows kept are arbitrary; none of Spider's 1247 gold queries with LIMIT lacks one); at
-    most one set operation."""
+    the rows kept are arbitrary, and no Spider gold query with LIMIT lacks one); at most one set
+    operation."""
     chosen = {KEYWORDS[i] for i in indexes}
     directions = len(chosen & {"asc", "desc"})
     if ("order by" in chosen) != (directions == 1) or directions > 1:
@@ -245,9 +246,8 @@ def select_candidates(
     scores: SketchScores, k: int, schema: Schema | None = None
 ) -> list[tuple[frozenset[SelectItem], float]]:
     """The k most probable non-empty SELECT item sets; with `schema`, only sets that show no two
-    plain columns of the same name (`city.population, country.population`: 32 of Spider
-    train's 6936 gold queries do, none of dev's 1030, and such sketches were almost always
-    wrong: 1 right of 29 chosen on dev)."""
+    plain columns of the same name (`city.population, country.population`: Spider's gold
+    queries almost never do, and such sketches were almost always wrong)."""
     logits = scores.column_logits[:, SELECT_OUTPUTS]
     flat = logits.reshape(-1)
     width = logits.shape[1]
@@ -430,19 +430,10 @@ def named_tables(
 
     The sketch model scores tables on their own, and its FROM sets often carry a table nothing
     asks for; joined in, it multiplies or drops rows ("singers by net worth" joined with their
-    songs). Spider dev, in-process, 972 questions: execution accuracy 38.2% -> 40.0% with no
-    question lost; the counting pairs, later, 42.1% -> 43.2% (14 won, 3 lost). Unused lookups
-    left out: the first sketch's FROM right 752 -> 761 times, execution accuracy 542 / 972
-    before and after (33 queries shorter). A counting pair loses its unused lookups too, as
-    Spider's gold queries write it: "how many dogs went through treatments" reads treatments
-    alone, and completion counts the dogs by the key that references them
-    (count(DISTINCT treatments.dog_id): `complete_plm._counted_table`). FROM from the gold
-    columns, right 6,151 -> 6,384 of 6,936 train queries (dev 908 -> 955 of 1,030); the first
-    sketch's FROM 774 -> 793 of 1,034; execution accuracy 563 -> 561 / 972 (the two lost had
-    matched by accident: a join on airport codes that match nothing gave the gold's 0). The
-    named tables left out beside a subquery: FROM from the gold columns right 973 -> 978 of
-    1,034 dev questions (6,546 -> 6,552 of 7,000 train), the first sketch's 834 -> 836 (train
-    5,896 -> 5,895: one won, two lost)."""
+    songs). A counting pair loses its unused lookups too, as Spider's gold queries write it:
+    "how many dogs went through treatments" reads treatments alone, and completion counts the
+    dogs by the key that references them (count(DISTINCT treatments.dog_id):
+    `complete_plm._counted_table`)."""
     items = (*select, *slots.having, *slots.order_by)
     counts = any(item.aggregate == "count" for item in items)
     columns = [
@@ -486,10 +477,7 @@ def counted_per_key(
     offers the most degrees" counts degree programs per department). The table whose key
     references that primary key joins it: the one the question names (`said`), else the one
     the sketch model's FROM holds (`model_tables`), else the only one. Unchanged otherwise,
-    and where the key is itself a key of another table (Spider's friend.student_id).
-
-    Spider train, the first sketch's FROM: 21 right that were not, 8 wrong that were right
-    (5,882 -> 5,895 of 7,000); dev 6 and 1 (829 -> 834 of 1,034)."""
+    and where the key is itself a key of another table (Spider's friend.student_id)."""
     if len(tables) != 1 or not any(i.aggregate == "count" and i.column == STAR for i in items):
         return tables
     (table,) = tables
@@ -537,13 +525,7 @@ def counted_rows(
     counts (`counted`: `tables_counted_in`), else the one the sketch model's FROM holds
     (`model_tables`). Unchanged where the question counts the table itself ("how many pets
     weigh more than 10"), where the count is per the table's key (`counted_per_key`), and where
-    no single such table is found.
-
-    Spider train, the first sketch's FROM: 51 right that were not, 2 wrong that were right
-    (5,977 -> 6,026 of 7,000; the two: "which allergy type has most number of allergies",
-    whose gold query counts allergy_type's rows); dev 6 and none (850 -> 856 of 1,034);
-    execution accuracy 632 -> 635 of 972, none lost ("how many degrees does the engineering
-    department offer" counted one department)."""
+    no single such table is found."""
     if len(tables) != 1 or not any(i.aggregate == "count" and i.column == STAR for i in items):
         return tables
     (table,) = tables
@@ -583,8 +565,8 @@ def spoken_aggregates(
     each type of pet"). The column is the one whose words the list is followed by, among those
     `select` names first; else `select`'s first aggregated column. None where the question has
     no such list, or where the column is grouped by itself. A column's words that name its
-    table ("singer" of singer.singer_id) do not count as naming it. The sketch model rarely puts two
-    aggregates of one column in its SELECT: Spider dev has 14 such questions, all missed."""
+    table ("singer" of singer.singer_id) do not count as naming it. The sketch model rarely puts
+    two aggregates of one column in its SELECT."""
     match = _AGGREGATE_LIST.search(question)
     if match is None:
         return None
@@ -645,7 +627,7 @@ def spoken_select(
     it (up to a word like "in", "of" or "for"), preferring a column `select` names, then one
     of a table `select` reads; `select`'s bare columns that `group_by` holds stay. None unless
     every aggregate named a column, where a column is grouped by itself, and for "the total
-    number of", which counts. Spider dev in-process: 501 -> 510 of 972."""
+    number of", which counts."""
     lead = _ASKS_FOR.match(question)
     if lead is None:
         return None
@@ -708,17 +690,7 @@ def spoken_columns(
     adds nothing. `select` takes no aggregate, nor does the list ("the name and average age"),
     except one count both say ("List the name, id and the number of cars of each maker", over
     makers.name and count(*): the count stays). The list may follow the groups it is asked
-    for ("For each maker, list its id, name and ...").
-
-    Spider train, each gold SELECT of two bare columns or more with one column taken out: the
-    gold SELECT back in 1,868 of 3,183, another in 124; on a whole gold SELECT it adds a column
-    in 6 of 6,936. Spider dev: the first sketch's SELECT right 757 -> 775 times of 1,034;
-    execution accuracy 545 -> 559 of 972 (14 won, none lost). Columns read with their tables'
-    names, lists after the groups and lists with a count, later: the same test 1,869 -> 2,020
-    back, 122 -> 105 another; a count and columns, a column taken out, 104 of 582 back (16
-    another), none of 1,403 whole ones changed; the first sketch's SELECT right on Spider dev
-    850 -> 854 of 1,034 (top-4 928 -> 933, none lost), train 6,082 -> 6,089 of 7,000 (none
-    lost; top-4 6,513 -> 6,522: 12 won, 3 lost)."""
+    for ("For each maker, list its id, name and ...")."""
     aggregated = frozenset(item for item in select if item.aggregate or item.column == STAR)
     if not select or len(aggregated) > 1 or any(i.aggregate != "count" for i in aggregated):
         return None  # a list of columns, or of columns and one count
@@ -785,8 +757,7 @@ def _elided(schema: Schema, phrases: list[list[str]]) -> list[list[str]]:
     """A spoken list's items with the noun the last one ends in added to a one-word item that
     names no column whole by itself, where the two words do: "first, middle, and last names"
     lists "first names" and "middle names" ("email, cell phone and home phone" keeps "email";
-    "addresses and author ids", a plural, keeps "addresses"). Spider dev: the first sketch's
-    SELECT 2 right that were not, none lost; train: no sketch changes."""
+    "addresses and author ids", a plural, keeps "addresses")."""
     if len(phrases) < 2 or len(phrases[-1]) < 2:
         return phrases
 
@@ -964,8 +935,8 @@ def spoken_extreme(
     """`select` with a plain column the question names right after "smallest", "highest",
     "maximum" (...) as that column's min or max, in a sketch that neither groups nor orders
     ("the smallest weight of the cars with 8 cylinders": min(weight), not every weight); None
-    where nothing changes. Spider train, questions with such a word before a column their gold
-    query shows, outside GROUP BY: min or max 216 times, the plain column ordered 37 times."""
+    where nothing changes. Where Spider train's questions put such a word before a column their
+    gold query shows, outside GROUP BY, the gold query mostly takes its min or max."""
     if keywords & {"group by", "order by"}:
         return None
     plain = [item for item in select if not item.aggregate and item.column != STAR]
@@ -1020,12 +991,8 @@ def read_by_name(
     """`select` (its bare columns) and GROUP BY with each key that `readable_names` maps moved
     to the column it stands for: "which airlines have the most flights" shows and groups by
     airlines.airline, not flights.airline, the airline's id. Not where the question asks for
-    an id ("the full name of each car maker, along with its id").
-
-    Spider train, gold queries that select one of a pair: the name in 40, the key in 2 (dev: 26
-    and 2). Spider dev: the first sketch's SELECT right 775 -> 789 times of 1,034, execution
-    accuracy 559 of 972 before and after (2 won; 2 lost where the gold query shows the ids of
-    "the makers")."""
+    an id ("the full name of each car maker, along with its id"). Spider's gold queries that
+    select one of such a pair mostly select the name."""
     if _ASKS_FOR_ID.search(question):
         return select, slots
     return _moved(select, slots, readable_names(schema))
@@ -1052,10 +1019,8 @@ def spoken_group(
     director", where the sketch groups by one column those words do not name: the one column
     of a table the sketch reads that the words name whole, and nothing more. Shown where the
     grouped column was shown. None where nothing changes, and where the words name a table
-    ("each product" groups by the product's key, whichever column names it).
-
-    Spider dev: the first sketch's SELECT 2 right that were not ("matches in each year"), none
-    lost; train: no sketch changes (a looser rule, the column named most, lost 17 and won 5)."""
+    ("each product" groups by the product's key, whichever column names it). A looser rule,
+    the column named most, was tried and not kept."""
     if len(slots.group_by) != 1:
         return None
     (grouped,) = slots.group_by
@@ -1151,13 +1116,8 @@ def nearest_equals(
     another (`equal_columns`) moved to the one of them whose table joins the tables the other
     columns read in fewest tables: "the model of the car with the least horsepower" is
     car_names.model beside cars_data.horsepower, not model_list.model one join further. Ties
-    and columns alone stay.
-
-    Spider train, gold queries that select such a column beside others: 1,082 of the nearer,
-    138 of one as near, 101 of a farther one (dev: 87, 6, 17). Spider dev: the first sketch's
-    SELECT right 789 -> 793 times of 1,034 (14 won, 10 lost, most of them a count grouped by
-    the referencing table's copy of the key), FROM 764 -> 774; execution accuracy 562 -> 563 of
-    972 (none lost; 17 queries changed, most of them one join shorter)."""
+    and columns alone stay. Spider's gold queries that select such a column beside others
+    mostly take the nearer one."""
     equals = equal_columns(schema)
     moved: dict[int, int] = {}
     shown = [i.column for i in select if not i.aggregate and i.column in equals]
@@ -1182,8 +1142,8 @@ def aggregates_of_one_table(schema: Schema, select: frozenset[SelectItem]) -> fr
     several have, the one that already holds most of the items, unless that ties. Unchanged
     otherwise.
 
-    No Spider train gold query aggregates columns of two tables in a SELECT of aggregates only
-    (0 of 6,936); the sketch model proposes such SELECTs."""
+    No Spider train gold query aggregates columns of two tables in a SELECT of aggregates only;
+    the sketch model proposes such SELECTs."""
     items = [i for i in select if i.column != STAR]
     if len(select) < 2 or not items or any(not i.aggregate for i in select):
         return select
@@ -1214,11 +1174,8 @@ def one_nested_condition(schema: Schema, select: frozenset[SelectItem], slots: S
     """`slots` with a nested condition said twice kept once: two with the same operator on
     columns a key makes equal (`equal_columns`: student.stuid NOT IN (...) beside
     has_pet.stuid NOT IN (...), the second the subquery's own column) are one condition. The
-    one on a table the rest of the sketch reads stays, else the first.
-
-    Spider train's gold queries never hold such a pair (0 of 6,936), nor dev's. Spider dev, the
-    first sketch: FROM right 2 more times of 1,034 (none fewer) with the sketch model after the
-    third stage of its recipe; no change with the first stage's."""
+    one on a table the rest of the sketch reads stays, else the first. Spider's gold queries
+    never hold such a pair."""
     equals = equal_columns(schema)
     nested = [p for p in slots.where if p.nested]
     used = columns_used(select, slots)
@@ -1245,14 +1202,8 @@ def nested_on_shown_table(schema: Schema, select: frozenset[SelectItem], slots: 
     equal to the condition's, else to its primary key ("the countries that do not speak
     English": city.id NOT IN (...) -> country.code NOT IN (...)); kept once where that column
     already has such a condition. Unchanged where the SELECT shows several tables or none, or
-    where the table has no single key.
-
-    Spider train's gold queries put such a condition on a table the rest reads 205 times, on
-    another 15; the first sketches 157 and 25, of which 24 had the wrong FROM. Spider train,
-    the first sketch's FROM: 16 right that were not, 1 wrong that was right (6,029 -> 6,044 of
-    7,000); dev 5 and 1 (859 -> 863 of 1,034); execution accuracy 635 -> 637 of 972 ("students
-    who do not have any friends": highschooler.id NOT IN (SELECT student_id FROM friend)), none
-    lost."""
+    where the table has no single key. Spider's gold queries mostly put such a condition on a
+    table the rest of the query reads."""
     shown = tables_shown(schema, select)
     if len(shown) != 1 or not any(p.nested for p in slots.where):
         return slots
@@ -1278,11 +1229,7 @@ def ordered_on_shown_table(schema: Schema, select: frozenset[SelectItem], slots:
     kind ("cartoon titles ordered by their air date": tv_series.air_date ->
     cartoon.original_air_date; "contestants ordered by contestant name": votes' ->
     contestants'). Unchanged where the SELECT shows several tables or none, and where no
-    such column, or more than one, is found.
-
-    Spider dev, the first sketch's FROM: 3 right that were not, none lost (863 -> 866 of
-    1,034); train 1 and none (6,044 -> 6,045 of 7,000: the sketch model rarely orders by an
-    outside table there); execution accuracy 637 of 972, no answer changed."""
+    such column, or more than one, is found."""
     shown = tables_shown(schema, select)
     if len(shown) != 1 or not slots.order_by:
         return slots
@@ -1337,14 +1284,7 @@ def columns_of_named_tables(
     city's). Keys (primary, foreign or implicit) stay where they are: they say how tables
     join; so does a WHERE column that holds a value the question names (`holding`), unless
     the column it would move to holds one too ("what region is Kabul in" is city.name = ?,
-    not country.name). `said`: `tables_named_in(question, schema)`, where the caller has it.
-
-    Those WHERE columns kept: Spider train, the first sketch's FROM 22 right that were not,
-    none lost (6,045 -> 6,067 of 7,000; SELECT 2 lost: "the teachers that teach GELL TAMI"
-    now reads list.lastname beside list.firstname = ?); dev 1 and none (866 -> 867). Kept
-    even where the other column holds the value too: train 24 won, 4 lost ("professionals in
-    Hawaii or Wisconsin" kept owners.state, which holds 'Wisconsin'). Execution accuracy 637 of
-    972, no answer changed."""
+    not country.name). `said`: `tables_named_in(question, schema)`, where the caller has it."""
     said = tables_named_in(question, schema) if said is None else said
     keys = {k.column for k in (*schema.foreign_keys, *implicit_keys(schema))} | {
         i for i, c in enumerate(schema.columns) if c.primary_key
@@ -1438,10 +1378,7 @@ def spoken_order(
     orders by one plain column and the question names another: "the country with the largest
     area" orders by surfacearea, not population; "names and birth dates of people, ordered by
     their names" by name. The column is one of a table the sketch reads. Where the sketch orders
-    by several columns, or by a count that "order by" overrules, `_said_order` picks. Spider
-    train, with "ordered by" and the like read too (the first sketches' ORDER BY, GROUP BY and
-    KEYWORDS all right): 28 won, 4 lost; dev 3 won, none lost; `_said_order` then: train 46
-    won, none lost; dev 4 won, none lost."""
+    by several columns, or by a count that "order by" overrules, `_said_order` picks."""
     phrase = _ordering_phrase(question)
     if phrase is None or not slots.order_by:
         return slots
@@ -1477,8 +1414,7 @@ def _said_order(
     birth_date, name), or the one the words after "order by" (`explicit`) name whole where it
     orders by a count and SELECT shows that column ("the number of paragraphs in each document.
     Order by document id"; not "the most common hometown", which orders by the count), or in
-    part where none is named whole ("ordered by id" of the document ids shown: Spider dev, one
-    answer won, 631 -> 632 of 972, none lost; the Spider-schema sketches unchanged). None
+    part where none is named whole ("ordered by id" of the document ids shown). None
     otherwise."""
     order_by = slots.order_by
     if len(order_by) > 1:
@@ -1507,9 +1443,7 @@ def grouped_without_aggregate(
     groups only repeat their rows' columns ("each charge type and its amount" lists charges).
     None where something is, where there is no GROUP BY, or where the question speaks of an
     aggregate the sketch lacks ("the treatment type that costs the least money in total").
-    Spider train: 4 of 1,725 gold queries that group aggregate nothing. Spider dev, with the
-    first form of `spoken_age_order` (the direction only): the first sketch's KEYWORDS right
-    868 -> 872 times of 1,034, execution accuracy 559 of 972 before and after."""
+    Spider's gold queries that group almost always aggregate something."""
     if "group by" not in keywords:
         return None
     if any(item.aggregate for item in (*select, *slots.having, *slots.order_by)):
@@ -1541,8 +1475,8 @@ def said_direction(question: str) -> str | None:
     """ "desc" or "asc" where the question says which way to sort in so many words
     ("descending", "from high to low", "in alphabetical order"); None where it says neither
     or both. The sketch's keywords follow it (`in_said_direction`), and so does completion's
-    ORDER BY. Spider train, gold queries that order where it says a direction: 350 of 353 as
-    said. Spider dev: the first sketch's KEYWORDS right 877 -> 878 times of 1,034."""
+    ORDER BY. Spider's gold queries that order where the question says a direction almost all
+    order as it says."""
     down, up = _SAID_DESCENDING.search(question), _SAID_ASCENDING.search(question)
     if bool(down) == bool(up):
         return None
@@ -1572,9 +1506,7 @@ def ordered_by_frequency(
     sorts "by frequency" or "in order of count" ("the record formats of orchestras, sorted by
     their frequency"). Only for a SELECT of plain columns and a sketch that does not order by
     count(*) already; the direction is the sketch's, ascending where it has none. None
-    otherwise. Spider train: all 11 gold queries of such questions order by count(*). Spider
-    dev, with `in_said_direction`: the first sketch's KEYWORDS right 878 -> 880 times of 1,034;
-    execution accuracy 561 -> 562 of 972 (none lost; the direction changed no query)."""
+    otherwise. Spider train's gold queries of such questions all order by count(*)."""
     if not _BY_FREQUENCY.search(question) or not select:
         return None
     if any(item.aggregate or item.column == STAR for item in select):
@@ -1619,9 +1551,7 @@ def spoken_recency(
     where the question asks for the most recent, latest, newest (descending) or earliest
     (ascending) and the sketch orders by one plain column that is no date ("the cost of the
     most recent treatment" orders by date_of_treatment, not cost_of_treatment). None where
-    nothing changes; where it orders by several columns, one of them the date, by that alone.
-    Spider train, the first sketches' ORDER BY, GROUP BY and KEYWORDS: 1 won, none lost; dev 2
-    won, none lost; with several columns: train 3 more, dev 1, none lost."""
+    nothing changes; where it orders by several columns, one of them the date, by that alone."""
     match = _RECENCY.search(question)
     if match is None or not slots.order_by:
         return None
@@ -1677,10 +1607,8 @@ def spoken_age_order(
     the one it orders by where that is of an age or a birth date;
     the youngest is the least age and the latest birth date, the oldest the greatest age and
     the earliest date. Unchanged for a sketch that orders by an aggregate, or by nothing,
-    where no such column is found, and for another question. Spider train, gold queries that
-    order by one column for such a word: 29 of 31 as said. Spider dev: the first sketch's
-    KEYWORDS right 872 -> 877 times of 1,034, ORDER BY 946 -> 953; execution accuracy 559 ->
-    561 of 972 (none lost)."""
+    where no such column is found, and for another question. Spider's gold queries that order
+    by one column for such a word almost all order as the word says."""
     match = _AGE_WORDS.search(question)
     order_by = slots.order_by
     if match is None or "order by" not in keywords or not order_by:
@@ -1732,12 +1660,8 @@ def ordered_by_a_quantity(
     HAVING; the column is the one the words after the superlative name best, not a key, of a
     table the sketch reads if one there is named as well as any; the words must name no table
     ("the most employees" counts rows of employees) nor ask about groups (`_GROUP_CUES`). GROUP
-    BY goes. None where any of this does not hold.
-
-    Spider train, questions whose superlative names such a column: the gold query orders by it
-    in 150, by another column in 26, by an aggregate of a group in 39, by count(*) in 25. Spider
-    dev: the first sketch's KEYWORDS right 862 -> 868 times of 1,034, execution accuracy 542 ->
-    545 of 972 (3 won, none lost)."""
+    BY goes. None where any of this does not hold. Where a Spider train question's superlative
+    names such a column, the gold query mostly orders by it."""
     counted = slots.order_by == (SelectItem("count", STAR),)
     if not counted or slots.having or any(item.aggregate for item in select):
         return None

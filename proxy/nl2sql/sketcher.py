@@ -238,16 +238,9 @@ class Sketcher:
         None when there is no aligner or `[sketch] aligner` is off. The aligner reads only the
         pairs the sketch model finds within `[sketch] align_within` nats of its most probable
         pair; each of the others takes the lowest logit of those read, which ranks it after
-        them (`rank`).
-
-        Spider dev, the shipped models (pool 6 x 2 keyword sets: 12 pairs): within 7 nats, 7.0
-        pairs read a question on average (p50 6); over the logits of every pair read together,
-        no first sketch or top-k part changed (within 5: SELECT 854 -> 853, KEYWORDS 889 ->
-        888), nor on Spider train (6.1 pairs read). Run as shipped, where an int8 aligner's
-        logits move a little with the batch they are read in (its activations are quantized
-        per batch), `benchmarks.sketch_accuracy`'s default ranking went 82.6 / 85.6 / 86.0 ->
-        82.6 / 85.8 / 86.0 (top-k 90.2 / 90.9 / 90.9 -> 90.3 / 91.0 / 90.9), the sketch stage's
-        p50 68.8 -> 58.4 ms in the same run."""
+        them (`rank`). An int8 aligner's logits move a little with the batch they are read in
+        (its activations are quantized per batch), so reading fewer pairs can move a ranking
+        slightly."""
         if self._aligner is None or not self.settings.aligner:
             return None
         pairs = list(itertools.product(selects, keywords))
@@ -406,11 +399,8 @@ def rank(
 def shows_only_its_values(sketch: Sketch, values: NamedValues) -> bool:
     """Whether every column `sketch` shows is one a WHERE condition makes equal to a value the
     question names: its answer would be those values back ("which students live in Boston or
-    Chicago?" showing home_city). `rank` puts such sketches after all the others: with the sketch
-    model that reads the values, Spider dev SELECT 828 -> 833, FROM 885 -> 886 (KEYWORDS 889 ->
-    888); Spider train's first sketches SELECT 6,006 -> 6,011 (11 won, 6 lost), FROM 6,079 ->
-    6,089 (none lost). Dropping such columns from a SELECT that shows others too lost more than
-    it won (train SELECT 5 won, 13 lost; dev none changed)."""
+    Chicago?" showing home_city). `rank` puts such sketches after all the others. Dropping such
+    columns from a SELECT that shows others too lost more than it won, and was not kept."""
     equal = {
         p.column
         for p in sketch.slots.where

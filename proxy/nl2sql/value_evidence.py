@@ -215,24 +215,9 @@ def conditions_on_named_values(
     own, where nothing says it belongs elsewhere (`_conditions_for_free_values`). A condition on a
     foreign key (whose values the index does not hold) moves only to a column of the table the
     key references, and not where the question may name a code (`_names_a_code`): "the TV
-    channel with series name Sky Radio" is tv_channel.series_name, not cartoon.channel.
-
-    Spider dev with the Spider databases' values (read as the index reads them), the first
-    sketch's FROM right 836 -> 848 times of 1,034 (13 won, 1 lost), top-2 914 -> 923; train
-    5,895 -> 5,948 of 7,000 (63 won, 10 lost: a sex column the question names as "male"
-    beside a value of another table, a value of a longer appellation than the county asked
-    for); execution accuracy 632 of 972, no answer changed. Counting SELECTs moving every
-    condition: dev 849, train 5,948, but execution accuracy 625 (counted tables lost); moving
-    none: dev 845, train 5,946. The conditions added for free values: dev 848 -> 850 (2 won,
-    none lost), train 5,948 -> 5,977 (37 won, 8 lost); beside a condition on a text column that
-    holds none of the values too (a kept condition, a sex column asked as "female"), dev +4,
-    train 44 won, 11 lost, and "count the number of countries in Asia" kept region and added
-    continent; for values in lower case too, dev +7, train 48 won, 17 lost (common words that
-    are values: a track named "Money"); without the words of another side, dev +9, train 51
-    won, 29 lost. Conditions on foreign keys moved to the table referenced: dev 856 -> 859 (3
-    won, none lost), train 6,026 -> 6,029 (4 won, 1 lost: "products in the category 'Spices'",
-    whose gold query reads the category code); without the code guard, train 5 won, 6 lost;
-    execution accuracy 635 of 972, no answer changed."""
+    channel with series name Sky Radio" is tv_channel.series_name, not cartoon.channel. The
+    variants tried beside these choices (counting SELECTs moving every condition or none, free
+    values in lower case, no code guard) are in docs/measurements.md."""
     if not named.columns or not slots.where:
         return slots
     counts = any(item.aggregate == "count" for item in select)
@@ -311,11 +296,7 @@ def conditions_on_a_year(
     holds none of the question's values moved to the one year column (a number column whose
     name ends in "year") of the tables the SELECT shows or the question names, where the
     question gives a year and names nothing in capitals or quotes: "the minimum weight of the
-    cars with 8 cylinders produced in 1974" is cars_data.year = ?, not car_names.make = ?.
-
-    Spider dev, the first sketch's FROM: 2 right that were not, none lost (867 -> 869 of
-    1,034); train: no first sketch changed (the sketch model puts such a condition on a text
-    column only on dev's questions); execution accuracy 637 of 972, no answer changed."""
+    cars with 8 cylinders produced in 1974" is cars_data.year = ?, not car_names.make = ?."""
     if not slots.where or not _YEAR.search(question):
         return slots
     if capitalised_names(question) or _quoted(question):

@@ -21,8 +21,8 @@ refreshes take turns. Rows go in with binary COPY (the embedding in pgvector's b
 
 A bulk refresh (the first, or one that adds as many values as the index holds) drops the HNSW
 and trigram indexes first and builds them once at the end: maintaining an HNSW graph row by row
-costs several times more than building it in one pass (measured: 6,786 values inserted into an
-indexed table in 10.7 s, the same index built over them in 2.8 s). The graph's parameters follow
+costs several times more than building it in one pass (docs/measurements.md). The graph's
+parameters follow
 the number of values held (common.graph_for: sparser below [index] medium_graph_values, denser
 from [index] large_graph_values), and so does the maintenance_work_mem it is built with.
 

@@ -60,21 +60,16 @@ class HnswGraph:
 
 
 SMALL_GRAPH = HnswGraph(8, 32, 200)
-"""Below [index] medium_graph_values: a sparser graph, searched harder. benchmarks/calibration.py
-(noisy copies of real value embeddings) measured recall@1 1.000 at ef_search 200 at 10,000,
-20,000 and 30,000 values (p50 1.7-3.0 ms; at ef_search 100, 0.995 at 10,000 and 30,000). It
-builds in about 0.4 of the time of pgvector's default graph (6,786 values: 0.5 s against 1.3 s),
-which is most of what indexing a small database costs beyond running the model."""
+"""Below [index] medium_graph_values: a sparser graph, searched harder, which keeps recall and
+builds faster than pgvector's default graph; building the graph is most of what indexing a
+small database costs beyond running the model (benchmarks/calibration.py; docs/measurements.md)."""
 MEDIUM_GRAPH = HnswGraph(16, 64, 100)
 """pgvector's build defaults, searched with ef_search 100 (pgvector's default is 40): from [index]
-medium_graph_values to [index] large_graph_values. benchmarks/calibration.py measured recall@1
-1.000 at 10,000 and 100,000 values, p50 about 2 ms; the same graph loses recall as the index
-grows: at 300,000 values 0.950 (ef 100) and 0.990 (ef 200), at 1,000,000 0.920 and 0.950."""
+medium_graph_values to [index] large_graph_values; the same graph loses recall as the index grows
+past that (benchmarks/calibration.py; docs/measurements.md)."""
 LARGE_GRAPH = HnswGraph(32, 128, 200)
-"""From [index] large_graph_values on. Measured recall@1 at ef_search 200: 1.000 at 100,000 and
-300,000 values (p50 8-11 ms), 0.995 at 1,000,000 (p50 3.9-4.1 ms, two builds); at ef 100 the
-1,000,000-value graphs gave 0.970 and 0.995. The index takes about 3 times as long to build
-(100,000 values: 155-174 s against 56 s)."""
+"""From [index] large_graph_values on: it keeps recall at a million values, for a slower build
+(docs/measurements.md)."""
 HNSW_EF_SEARCH = MEDIUM_GRAPH.ef_search
 """hnsw.ef_search that migrations/0005 sets on nl.search_semantic (for the graph the migration
 creates, pgvector's default one, until pgnl index builds its own)."""
@@ -94,7 +89,7 @@ def graph_memory_mb(values: int) -> int:
     pgvector builds the graph in memory when it fits (about 2.5 kB a value; this allows twice
     that, at least 64 MB, at most 4 GB) and falls back to a much slower build on disk when it
     does not. Not more than that: a parallel build allocates all of maintenance_work_mem as
-    shared memory up front, which cost 0.5 s of a 2 s build of 6,786 values at 1 GB.
+    shared memory up front, which costs a small build much of its time.
     """
     return min(4096, max(64, values * 5 // 1024))
 
