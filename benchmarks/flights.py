@@ -292,6 +292,27 @@ QUESTIONS = (
         "How many flights from LGA were cancelled?",
         "SELECT count(*) FROM flights WHERE origin = 'LGA' AND cancelled",
     ),
+    # "How many X did each Y have?" over the large table, the shape of question that ran every
+    # candidate into the statement timeout before the time budget
+    Question(
+        "How many flights departed from each city?",
+        "SELECT a.city, count(*) FROM flights AS f JOIN airports AS a ON f.origin = a.iata "
+        "GROUP BY a.city",
+    ),
+    Question(
+        "How many flights did each carrier operate from each origin airport?",
+        "SELECT carrier, origin, count(*) FROM flights GROUP BY carrier, origin",
+    ),
+    Question(
+        "How many flights arrived at each airport in California?",
+        "SELECT a.name, count(*) FROM flights AS f JOIN airports AS a ON f.destination = a.iata "
+        "WHERE a.state = 'California' GROUP BY a.name",
+    ),
+    Question(
+        "How many flights did each airline have, by airline name?",
+        "SELECT c.name, count(*) FROM flights AS f JOIN carriers AS c ON f.carrier = c.code "
+        "GROUP BY c.name",
+    ),
 )
 
 
