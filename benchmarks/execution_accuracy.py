@@ -480,7 +480,7 @@ def chosen_candidate(trace: Sequence[TraceRow]) -> int | None:
 
 _ADDS_A_CANDIDATE = ("LLM", "LLM, without the sketch", "LLM, after the error", "PLM")
 """The outcomes of the `complete` rows whose SQL the pipeline adds to its candidates (as every
-`execute` row's; `proxy.nl2sql.pipeline`: `_ask_llm`, `_complete_plm`, `_check`, `_execute`)."""
+`execute` row's; `proxy.nl2sql.completion` and `proxy.nl2sql.execution` add them)."""
 
 
 def candidate_of_sql(

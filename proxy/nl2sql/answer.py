@@ -10,6 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+NO_ANSWER = "NL001"
+"""SQLSTATE: no candidate query ran (implementation-defined class NL)."""
+NOTHING_TO_ASK = "NL002"
+"""SQLSTATE: the role can read no column of this database."""
+SCHEMA_UNREADABLE = "NL003"
+"""SQLSTATE: the catalog could not be read."""
+
 Outcome = Literal["answered", "fallback", "failed"]
 """answered: a candidate ran and returned a non-empty, not all-NULL result; fallback: none did,
 the best one that ran was chosen (a NOTICE says so); failed: no candidate ran."""

@@ -3,6 +3,9 @@
 Implemented over a psycopg connection here (the CLI, benchmarks and tests), and over the proxy's
 upstream connection and PL/Python's `plpy` where those arrive. Every call runs as the connection's
 own role, so grants and row-level security apply to the pipeline as to any other query.
+
+Errors: a failing query ends one candidate (`QueryFailed`); a lost connection ends the answer
+(`connection_lost`), and every stage lets it propagate.
 """
 
 from __future__ import annotations
@@ -20,6 +23,29 @@ class Database(Protocol):
     ) -> list[tuple[Any, ...]]:
         """Rows of one statement; parameters are `$1`, `$2`… PostgreSQL's own placeholders."""
         ...
+
+
+class QueryFailed(Exception):
+    """A candidate's query failed in the database (it ends that candidate only)."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(f"{sqlstate}: {message}")
+        self.sqlstate = sqlstate
+        self.message = message
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a database error; None for an error that is not the database's."""
+    state = getattr(exc, "sqlstate", None)
+    return str(state) if state else None
+
+
+def connection_lost(state: str | None) -> bool:
+    """Errors that end the whole answer, not one candidate: no SQLSTATE (not the database's),
+    a connection exception, an operator intervention other than a statement timeout."""
+    if state is None:
+        return True
+    return state.startswith("08") or (state.startswith("57") and state != "57014")
 
 
 class PsycopgDatabase:

@@ -419,3 +419,26 @@ def spelled_out(schema: Schema, vocabulary: frozenset[str]) -> Schema:
     if columns == schema.columns and tables == schema.tables:
         return schema
     return replace(schema, tables=tables, columns=columns)
+
+
+SCHEMA_CACHE = 64
+"""Schemas `SchemaCache` keeps by default."""
+
+
+class SchemaCache:
+    """Introspected schemas by catalog fingerprint (which is per database state and per role's
+    view of it), the most recently used kept."""
+
+    def __init__(self, size: int = SCHEMA_CACHE) -> None:
+        self.size = size
+        self._schemas: dict[str, Schema] = {}
+
+    def get(self, db: Database, timeout_s: float) -> Schema:
+        fingerprint = catalog_fingerprint(db, timeout_s=timeout_s)
+        schema = self._schemas.pop(fingerprint, None)
+        if schema is None:
+            schema = introspect(db, timeout_s=timeout_s)
+        self._schemas[fingerprint] = schema
+        while len(self._schemas) > self.size:
+            del self._schemas[next(iter(self._schemas))]
+        return schema

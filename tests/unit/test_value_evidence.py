@@ -11,8 +11,11 @@ from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Slots
 from proxy.nl2sql.value_evidence import (
     ColumnValues,
     NamedValues,
+    capitalised_names,
+    code_of_a_word,
     conditions_on_a_year,
     conditions_on_named_values,
+    named_by_schema_words,
     words,
 )
 
@@ -238,3 +241,49 @@ def test_spider_values_follow_the_value_index_rules() -> None:
     assert asked.columns == {column["country.Continent"]: {"asia"}}
     # Spider ships no file for wta_1
     assert spider_values(SPIDER, load_spider_schemas(SPIDER / "tables.json")["wta_1"]) is None
+
+
+@pytest.mark.parametrize(
+    ("question", "names"),
+    [
+        ("Give the name of the country in Asia.", {"asia"}),
+        # a run and its parts; the first word is capitalised as a sentence's
+        ("Which cartoons did Ben Jones direct?", {"ben jones", "ben", "jones"}),
+        ("What is the average life expectancy?", set()),
+        ("  Aruba has how many languages?", set()),
+    ],
+)
+def test_capitalised_names(question: str, names: set[str]) -> None:
+    assert capitalised_names(question) == names
+
+
+@pytest.mark.parametrize(
+    ("question", "value", "code"),
+    [
+        ("What is the number of continents where Chinese is spoken?", "IS", True),
+        ("How much do the countries in the Caribbean cover?", "DO", True),
+        ("Which countries have the code IS?", "IS", False),  # written in capitals: a code
+        ("Which templates have type code PP?", "PP", False),  # no common word
+        ("Which country is in Asia?", "Asia", False),  # not in capitals
+    ],
+)
+def test_code_of_a_word(question: str, value: str, code: bool) -> None:
+    assert code_of_a_word(question, value) is code
+
+
+@pytest.mark.parametrize(
+    ("question", "value", "only"),
+    [
+        # "stadium" names a table: it says no 'Bayview Stadium'
+        ("What is the capacity of the stadium with the most concerts?", "Bayview Stadium", True),
+        # a plural of a schema word: "countries" says no 'Nordic Countries'
+        ("How many languages do the countries speak?", "Nordic Countries", True),
+        # a word of the value that names nothing in the schema: the value is named
+        ("What is the capacity of Bayview Stadium?", "Bayview Stadium", False),
+        # no word shared (a value found by meaning): not for this rule
+        ("How many French singers are there?", "France", False),
+    ],
+)
+def test_named_by_schema_words(question: str, value: str, only: bool) -> None:
+    schema_words = {"stadium", "stadiums", "country", "countrys", "countries", "capacity"}
+    assert named_by_schema_words(question, value, schema_words) is only

@@ -1,0 +1,262 @@
+"""The search: the candidates tried in order until one answers, then the choice among them
+(the select stage), within the question's time budget.
+
+The candidates, in the order they are tried (`_candidates`, then the relaxations):
+1. the ranked sketches ([pipeline] max_candidates, best first, duplicates skipped), with the
+   LLM's own query ([llm] unguided) after the sketches the LLM completes;
+2. where no candidate kept the question's "not": its sketches as anti-joins
+   (`relaxations.anti_join`);
+3. a partial answer (it ran, with values, but failed a check of `answer_checks`);
+4. the sketches that found no value for a WHERE condition, relaxed (`relaxations.relaxations`);
+5. the first that ran with no values (fall-back, with a NOTICE).
+The first that answers (`answer_checks.answers`) is chosen. Under [llm] selection
+`llm-first`, `llm_first` then weighs the LLM's own query against that answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from proxy.config import LLMSettings, PipelineSettings
+from proxy.nl2sql.agreement import same_result
+from proxy.nl2sql.answer import NO_ANSWER, AnswerError
+from proxy.nl2sql.answer_checks import answers, ignores_a_negation, uses_every_literal
+from proxy.nl2sql.budget import OUT_OF_TIME, OutOfTime
+from proxy.nl2sql.candidate import ANSWERED, FALLBACK, UNGUIDED, Candidate, Chosen, has_values
+from proxy.nl2sql.complete_plm import Literal
+from proxy.nl2sql.completion import Completer
+from proxy.nl2sql.execution import Executor
+from proxy.nl2sql.grounding import Grounding
+from proxy.nl2sql.relaxations import anti_join, relaxations
+from proxy.nl2sql.schema import Schema
+from proxy.nl2sql.sketch import Sketch
+from proxy.nl2sql.trace import Trace, one_line
+
+
+class Search:
+    """One question's search (`partial`, `fallback`: the best candidates short of an answer)."""
+
+    def __init__(
+        self,
+        question: str,
+        schema: Schema,
+        trace: Trace,
+        *,
+        grounding: Grounding,
+        completer: Completer,
+        executor: Executor,
+        settings: PipelineSettings,
+        llm_settings: LLMSettings,
+        typed: Sequence[Literal],
+    ) -> None:
+        self.question = question
+        self.schema = schema
+        self.trace = trace
+        self.grounding = grounding
+        self.completer = completer
+        self.executor = executor
+        self.settings = settings
+        self.llm_settings = llm_settings
+        self.typed = list(typed)
+        # answered, but leaves out a value or a "not" the question gave, only shows the value
+        # it asks by, or counts groups of one row
+        self.partial: Candidate | None = None
+        self.fallback: Candidate | None = None  # ran, with no values
+
+    def run(self, sketches: Sequence[Sketch]) -> Chosen | None:
+        """`_search_all`, within the question's time budget: when it runs out, the best
+        candidate so far (`_out_of_time`)."""
+        try:
+            return self._search_all(sketches)
+        except OutOfTime:
+            return self._out_of_time()
+
+    def _search_all(self, sketches: Sequence[Sketch]) -> Chosen | None:
+        """The candidates in order, the first whose result passes the checks; else the best
+        partial answer, a relaxed one, or one that ran with no values (None, with the error
+        set, when none ran)."""
+        result = self.trace.result
+        tried: set[str] = set()
+        unfilled: list[Candidate] = []
+        for candidate in self._candidates(sketches):
+            if not self.completer.complete(candidate) or candidate.sql in tried:
+                if candidate.unfilled:
+                    unfilled.append(candidate)
+                continue
+            tried.add(candidate.sql)
+            if not self.executor.check(candidate):
+                continue
+            self.executor.calibrate(candidate)
+            if has_values(candidate.rows):
+                if answers(self.question, candidate.sql, self.schema, self.typed):
+                    return Chosen(candidate, ANSWERED)
+                self.partial = self.partial or candidate
+                continue
+            self.fallback = self.fallback or candidate
+        partial = self.partial
+        if partial is None or ignores_a_negation(self.question, partial.sql):
+            # Nothing answered with the question's "not": its sketches as anti-joins.
+            for sketch in sketches[: self.settings.max_candidates]:
+                negated = anti_join(sketch, self.schema, self.question)
+                if negated is None:
+                    continue
+                candidate = Candidate(sketches.index(sketch) + 1, negated)
+                if not self.completer.complete(candidate) or candidate.sql in tried:
+                    continue
+                tried.add(candidate.sql)
+                if self.executor.check(candidate) and has_values(candidate.rows):
+                    return Chosen(candidate, ANSWERED)
+        if partial is not None:
+            return Chosen(partial, ANSWERED)
+        for candidate in unfilled:
+            # No candidate answered, and these had a WHERE condition the question gave no
+            # value for ("Show all the grades of the high schoolers" under a sketch that filters
+            # them): without those conditions (then without any), the first that answers is
+            # chosen, with a NOTICE.
+            for relaxed, left_out in relaxations(
+                candidate, self.schema, self.question, self.completer.complete
+            ):
+                if relaxed.sql in tried:
+                    continue
+                tried.add(relaxed.sql)
+                if not self.executor.check(relaxed):
+                    continue
+                self.executor.calibrate(relaxed)
+                if has_values(relaxed.rows):
+                    return Chosen(
+                        relaxed,
+                        ANSWERED,
+                        "pgnl: the question names no value for a condition its sketch asked "
+                        f"for ({left_out}); the condition is left out",
+                    )
+        if self.fallback is not None:
+            return Chosen(
+                self.fallback,
+                FALLBACK,
+                "pgnl: no candidate query returned rows with values; the best one that ran "
+                "is shown (its result is empty or all NULL)",
+            )
+        last = result.candidates[-1] if result.candidates else ""
+        slow = self.executor.costs.too_slow is not None
+        result.error = AnswerError(
+            NO_ANSWER,
+            "pgnl found no query that runs for this question"
+            + (
+                f": the last one tried failed with {self.executor.last_error}"
+                if self.executor.last_error
+                else ""
+            ),
+            hint=(
+                "the candidates ran into the statement timeout ([pipeline] statement_timeout_s "
+                f"= {self.settings.statement_timeout_s:g} s), or would have: raise it "
+                "(PGNL_PIPELINE_STATEMENT_TIMEOUT_S) or narrow the question (a value, a time "
+                "range); -- nl explain: shows every candidate"
+                if slow
+                else "rephrase the question with the names of the tables and columns it is "
+                "about, or write the SQL; -- nl explain: shows every candidate"
+            ),
+            detail=f"last SQL tried: {last}" if last else "",
+        )
+        return None
+
+    def _out_of_time(self) -> Chosen | None:
+        """The best candidate found before the time budget ran out, with a NOTICE; or, with none,
+        the error that says the question ran out of time."""
+        budget = self.executor.budget.seconds
+        with self.trace.stage("select") as step:
+            best = self.partial or self.fallback
+            step.outcome = f"out of time ([pipeline] budget_s = {budget:g} s)" + (
+                f": candidate {best.number}, the best so far" if best else ": no answer"
+            )
+        if best is not None:
+            return Chosen(
+                best,
+                ANSWERED if best is self.partial else FALLBACK,
+                f"pgnl: the question ran out of its time budget ([pipeline] budget_s = "
+                f"{budget:g} s) before every candidate was tried; the best answer so far is shown",
+            )
+        last = self.trace.result.candidates[-1] if self.trace.result.candidates else ""
+        self.trace.result.error = AnswerError(
+            OUT_OF_TIME,
+            f"pgnl ran out of time for this question: no candidate query answered within "
+            f"{budget:g} s",
+            hint="raise [pipeline] budget_s (PGNL_PIPELINE_BUDGET_S), or narrow the question "
+            "(a value, a time range); -- nl explain: shows what ran and for how long",
+            detail=f"last SQL tried: {last}" if last else "",
+        )
+        return None
+
+    def llm_first(self, seed: Chosen | None, sketches: Sequence[Sketch]) -> Chosen | None:
+        """Selection `llm-first`: the LLM's own query, written with the values of the columns
+        the sketch models' answer `seed` names, run (an error fed back) and calibrated, is the
+        answer when it returns values and holds every value the question typed that `seed`
+        holds; else `seed`. Whether the two agree is in the trace."""
+        if not sketches:
+            return seed
+        answered = seed.candidate if seed is not None and seed.outcome == ANSWERED else None
+        if answered is not None:
+            self.grounding.samples_for(answered)  # the values of its columns, for the LLM's prompt
+        sketch = seed.candidate.sketch if seed is not None else sketches[0]
+        try:
+            own = self._opinion(Candidate(UNGUIDED, sketch, unguided=True))
+        except OutOfTime:
+            with self.trace.stage("select") as step:
+                step.outcome = "the sketch models' answer: the time budget ran out first"
+            return seed
+        with self.trace.stage("select") as step:
+            if own is None or not has_values(own.rows):
+                step.outcome = "the sketch models' answer: the LLM's own query " + (
+                    "returned no values" if own is not None else "did not run"
+                )
+                return seed
+            if (
+                answered is not None
+                and not uses_every_literal(own.sql, self.typed)
+                and uses_every_literal(answered.sql, self.typed)
+            ):
+                step.outcome = (
+                    "the sketch models' answer: the LLM's own query leaves out a value the "
+                    "question typed"
+                )
+                return seed
+            if answered is None:
+                step.outcome = "the LLM's own query: the sketch models found no answer"
+            elif same_result(own.rows, answered.rows):
+                step.outcome = (
+                    f"the LLM's own query, which agrees with the sketch models' answer "
+                    f"(candidate {answered.number})"
+                )
+            else:
+                step.outcome = (
+                    f"the LLM's own query; the sketch models' answer (candidate "
+                    f"{answered.number}) returns other rows"
+                )
+                step.note = one_line(answered.sql)
+        return Chosen(own, ANSWERED)
+
+    def _opinion(self, candidate: Candidate) -> Candidate | None:
+        """The LLM's own query for the candidate, run (with feedback on an error) and
+        calibrated; None when the LLM gave none, or none that ran."""
+        if not self.completer.complete_unguided(candidate) or not self.executor.check(candidate):
+            return None
+        self.executor.calibrate(candidate)
+        return candidate
+
+    def _candidates(self, sketches: Sequence[Sketch]) -> Iterator[Candidate]:
+        """The ranked sketches ([pipeline] max_candidates), with the LLM's own query ([llm]
+        unguided) after the sketches the LLM completes ([llm] max_completions), while it
+        answers."""
+        settings = self.llm_settings
+        llm = self.completer.search_llm
+        unguided_due = settings.unguided
+        for number, sketch in enumerate(sketches[: self.settings.max_candidates], start=1):
+            if (
+                unguided_due
+                and llm is not None
+                and self.completer.completions >= settings.max_completions
+            ):
+                unguided_due = False
+                yield Candidate(UNGUIDED, sketches[0], unguided=True)
+            yield Candidate(number, sketch)
+        if unguided_due and llm is not None and sketches:
+            yield Candidate(UNGUIDED, sketches[0], unguided=True)
