@@ -20,6 +20,7 @@ import socket
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +101,24 @@ class Postgres:
 
 
 _databases = itertools.count()
+
+
+@contextmanager
+def scratch_database(postgres: Postgres, name: str) -> Iterator[str]:
+    """A database `name` of its own (dropped first if a crashed run left one), its DSN yielded,
+    dropped after the block, connections and all."""
+    with postgres.connect("postgres") as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield postgres.dsn(dbname=name)
+    finally:
+        with postgres.connect("postgres") as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ from proxy.nl2sql.complete_plm import CompletionError, complete
 from proxy.nl2sql.grounding import Grounding
 from proxy.nl2sql.llm import Completion, LLMAnswerError, LLMError
 from proxy.nl2sql.prompts import Message, sketch_completion, unguided_completion
+from proxy.nl2sql.question import Question, Stage
 from proxy.nl2sql.relaxations import tables_named_by
-from proxy.nl2sql.schema import Schema
 from proxy.nl2sql.sketch import Sketch
-from proxy.nl2sql.trace import Step, Trace, one_line
+from proxy.nl2sql.trace import Step, one_line
 
 
 class LLM(Protocol):
@@ -38,23 +38,19 @@ class LLM(Protocol):
     def complete(self, messages: Sequence[Message]) -> Completion: ...
 
 
-class Completer:
+class Completer(Stage):
     """One question's completions; `llm` is None without an LLM or once it failed."""
 
     def __init__(
         self,
-        question: str,
-        schema: Schema,
-        trace: Trace,
+        question: Question,
         grounding: Grounding,
         llm: LLM | None,
         *,
         selection: str,
         max_completions: int,
     ) -> None:
-        self.question = question
-        self.schema = schema
-        self.trace = trace
+        super().__init__(question)
         self.grounding = grounding
         self.llm = llm
         self.selection = selection  # [llm] selection

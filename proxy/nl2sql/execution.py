@@ -28,9 +28,9 @@ from proxy.nl2sql.database import Database, QueryFailed, connection_lost, sqlsta
 from proxy.nl2sql.grounding import Grounding
 from proxy.nl2sql.llm import LLMError
 from proxy.nl2sql.prompts import Message, calibration_feedback, error_feedback
-from proxy.nl2sql.schema import Schema
+from proxy.nl2sql.question import Question, Stage
 from proxy.nl2sql.sketch import tables_named_in
-from proxy.nl2sql.trace import Trace, one_line
+from proxy.nl2sql.trace import one_line
 from proxy.valueindex.common import ValueIndexError
 
 
@@ -44,15 +44,13 @@ def describe(calibration: Calibration) -> str:
     )
 
 
-class Executor:
+class Executor(Stage):
     """One question's runs of its candidates (`last_error`: the last query's error)."""
 
     def __init__(
         self,
-        question: str,
-        schema: Schema,
+        question: Question,
         db: Database,
-        trace: Trace,
         *,
         grounding: Grounding,
         completer: Completer,
@@ -60,10 +58,8 @@ class Executor:
         calibration: CalibrationSettings,
         budget: Budget,
     ) -> None:
-        self.question = question
-        self.schema = schema
+        super().__init__(question)
         self.db = db
-        self.trace = trace
         self.grounding = grounding
         self.completer = completer
         self.settings = settings

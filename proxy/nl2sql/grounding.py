@@ -26,10 +26,10 @@ from proxy.nl2sql.calibrate import best_match
 from proxy.nl2sql.candidate import Candidate
 from proxy.nl2sql.complete_plm import Literal, set_operation
 from proxy.nl2sql.database import connection_lost, sqlstate
+from proxy.nl2sql.question import Question, Stage
 from proxy.nl2sql.relaxations import without_left_tables
-from proxy.nl2sql.schema import Schema
 from proxy.nl2sql.sketch import STAR, Predicate, Sketch, tables_named_in
-from proxy.nl2sql.trace import Trace, one_line
+from proxy.nl2sql.trace import one_line
 from proxy.nl2sql.value_evidence import (
     STOP_WORDS,
     NamedValues,
@@ -55,25 +55,14 @@ _CODE = re.compile(r"[A-Z][A-Z0-9]{1,4}")
 _EXACT = 0.999  # a value-index score of a value the question names word for word
 
 
-class Grounding:
+class Grounding(Stage):
     """One question's look-ups in the value index (`index`; None once it proved unusable)."""
 
     def __init__(
-        self,
-        question: str,
-        schema: Schema,
-        index: ValueIndex | None,
-        trace: Trace,
-        typed: Sequence[Literal],
-        *,
-        value_match: float,
-        threshold: float,
+        self, question: Question, index: ValueIndex | None, *, value_match: float, threshold: float
     ) -> None:
-        self.question = question
-        self.schema = schema
+        super().__init__(question)
         self.index = index
-        self.trace = trace
-        self.typed = list(typed)
         self.value_match = value_match  # [pipeline] value_match
         self.threshold = threshold  # [calibration] threshold
         self._found: dict[tuple[str, ...] | None, list[Found]] = {}

@@ -47,12 +47,12 @@ from proxy.nl2sql.answer import (
 )
 from proxy.nl2sql.budget import Budget
 from proxy.nl2sql.candidate import UNGUIDED
-from proxy.nl2sql.complete_plm import question_literals
 from proxy.nl2sql.completion import LLM, Completer
 from proxy.nl2sql.database import Database, connection_lost, sqlstate
 from proxy.nl2sql.execution import Executor
 from proxy.nl2sql.grounding import Grounding
 from proxy.nl2sql.intent import WRITE_REQUEST, write_request
+from proxy.nl2sql.question import Question
 from proxy.nl2sql.schema import Schema, SchemaCache
 from proxy.nl2sql.search import Search
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
@@ -213,33 +213,26 @@ class _Run:
     def _stages(self, schema: Schema) -> tuple[Grounding, Search]:
         """The question's stages over its schema, sharing its trace, value index and LLM."""
         settings = self.pipeline.settings
-        typed = question_literals(self.question)
+        question = Question.over(self.question, schema, self.trace)
         index = ValueIndex(
             self.db, self.pipeline.embedder, timeout_s=self.settings.statement_timeout_s
         )
         grounding = Grounding(
-            self.question,
-            schema,
+            question,
             index,
-            self.trace,
-            typed,
             value_match=self.settings.value_match,
             threshold=settings.calibration.threshold,
         )
         completer = Completer(
-            self.question,
-            schema,
-            self.trace,
+            question,
             grounding,
             self.pipeline.llm,
             selection=settings.llm.selection,
             max_completions=settings.llm.max_completions,
         )
         executor = Executor(
-            self.question,
-            schema,
+            question,
             self.db,
-            self.trace,
             grounding=grounding,
             completer=completer,
             settings=self.settings,
@@ -247,14 +240,11 @@ class _Run:
             budget=self.budget,
         )
         search = Search(
-            self.question,
-            schema,
-            self.trace,
+            question,
             grounding=grounding,
             completer=completer,
             executor=executor,
             settings=self.settings,
             llm_settings=settings.llm,
-            typed=typed,
         )
         return grounding, search

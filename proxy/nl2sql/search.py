@@ -23,41 +23,34 @@ from proxy.nl2sql.answer import NO_ANSWER, AnswerError
 from proxy.nl2sql.answer_checks import answers, ignores_a_negation, uses_every_literal
 from proxy.nl2sql.budget import OUT_OF_TIME, OutOfTime
 from proxy.nl2sql.candidate import ANSWERED, FALLBACK, UNGUIDED, Candidate, Chosen, has_values
-from proxy.nl2sql.complete_plm import Literal
 from proxy.nl2sql.completion import Completer
 from proxy.nl2sql.execution import Executor
 from proxy.nl2sql.grounding import Grounding
+from proxy.nl2sql.question import Question, Stage
 from proxy.nl2sql.relaxations import anti_join, relaxations
-from proxy.nl2sql.schema import Schema
 from proxy.nl2sql.sketch import Sketch
-from proxy.nl2sql.trace import Trace, one_line
+from proxy.nl2sql.trace import one_line
 
 
-class Search:
+class Search(Stage):
     """One question's search (`partial`, `fallback`: the best candidates short of an answer)."""
 
     def __init__(
         self,
-        question: str,
-        schema: Schema,
-        trace: Trace,
+        question: Question,
         *,
         grounding: Grounding,
         completer: Completer,
         executor: Executor,
         settings: PipelineSettings,
         llm_settings: LLMSettings,
-        typed: Sequence[Literal],
     ) -> None:
-        self.question = question
-        self.schema = schema
-        self.trace = trace
+        super().__init__(question)
         self.grounding = grounding
         self.completer = completer
         self.executor = executor
         self.settings = settings
         self.llm_settings = llm_settings
-        self.typed = list(typed)
         # answered, but leaves out a value or a "not" the question gave, only shows the value
         # it asks by, or counts groups of one row
         self.partial: Candidate | None = None
