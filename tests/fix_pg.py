@@ -22,7 +22,9 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -119,6 +121,34 @@ def scratch_database(postgres: Postgres, name: str) -> Iterator[str]:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@contextmanager
+def demo_database(
+    postgres: Postgres,
+    name: str,
+    setup: Callable[[psycopg.Connection[Any]], object] | None = None,
+    *,
+    indexed: bool = True,
+    skipped: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """The demo's sample database as `pgnl demo` makes it, in a scratch database `name`: the
+    sample loaded, then `setup` run on it, migrated (what migrate skipped goes in `skipped`)
+    and, when `indexed`, its value index built; its DSN yielded, the database dropped after the
+    block."""
+    from proxy.migrate import migrate
+    from proxy.runtime import load_embedder
+    from proxy.valueindex import build_index
+
+    with scratch_database(postgres, name) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(resources.files("proxy.demo").joinpath("sample.sql").read_text().encode())
+            if setup is not None:
+                setup(conn)
+            migrate(conn, skipped=skipped)
+            if indexed:
+                build_index(conn, load_embedder(), progress=False)
+        yield dsn
 
 
 @pytest.fixture

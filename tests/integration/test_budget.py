@@ -9,19 +9,15 @@ costs at least as much as one that timed out is not run.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from importlib import resources
 
 import psycopg
 import pytest
 
 from proxy.config import Settings
-from proxy.migrate import migrate
 from proxy.nl2sql.answer import Answer
 from proxy.nl2sql.database import PsycopgDatabase
 from proxy.nl2sql.pipeline import load_pipeline
-from proxy.runtime import load_embedder
-from proxy.valueindex import build_index
-from tests.fix_pg import Postgres
+from tests.fix_pg import Postgres, demo_database
 
 pytestmark = pytest.mark.integration
 
@@ -32,14 +28,8 @@ QUESTION = "how many students are there?"  # every candidate reads every row
 @pytest.fixture(scope="module")
 def slow(postgres: Postgres) -> Iterator[str]:
     """The demo database, where scram_user's every read of students sleeps 10 ms a row."""
-    with psycopg.connect(postgres.dsn(dbname="postgres"), autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DB}")
-        admin.execute(f"CREATE DATABASE {DB}")
-    try:
-        with psycopg.connect(postgres.dsn(dbname=DB), autocommit=True) as conn:
-            conn.execute(resources.files("proxy.demo").joinpath("sample.sql").read_text().encode())
-            migrate(conn)
-            build_index(conn, load_embedder(), progress=False)
+    with demo_database(postgres, DB) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "CREATE FUNCTION slow_row() RETURNS boolean LANGUAGE sql VOLATILE "
                 "AS 'SELECT true FROM pg_sleep(0.01)'"
@@ -48,9 +38,6 @@ def slow(postgres: Postgres) -> Iterator[str]:
             conn.execute("CREATE POLICY slowly ON students FOR SELECT USING (slow_row())")
             conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO scram_user")
         yield postgres.dsn(user="scram_user", dbname=DB)
-    finally:
-        with psycopg.connect(postgres.dsn(dbname="postgres"), autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
 
 
 def ask(dsn: str, question: str = QUESTION, **pipeline: float) -> Answer:

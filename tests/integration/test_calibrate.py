@@ -4,37 +4,27 @@ indexed with the shipped ONNX embedder, looked up as the asking role (table-driv
 from __future__ import annotations
 
 from collections.abc import Iterator
-from importlib import resources
 from typing import Any
 
 import psycopg
 import pytest
 
-from proxy.migrate import migrate
 from proxy.nl2sql.calibrate import DatabaseCatalog, Method, calibrate
 from proxy.nl2sql.database import PsycopgDatabase
 from proxy.runtime import load_embedder
 from proxy.valueindex import ColumnRef, ValueIndex, build_index
-from tests.fix_pg import Postgres
+from tests.fix_pg import Postgres, demo_database
 
 DB = "pgnl_calibrate_test"
 
 
 @pytest.fixture(scope="module")
 def university(postgres: Postgres) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(postgres.dsn(dbname="postgres"), autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DB}")
-        admin.execute(f"CREATE DATABASE {DB}")
-    try:
-        with psycopg.connect(postgres.dsn(dbname=DB), autocommit=True) as conn:
-            script = resources.files("proxy.demo").joinpath("sample.sql").read_text()
-            conn.execute(script.encode())
-            migrate(conn)
-            build_index(conn, load_embedder(), progress=False)
-            yield conn
-    finally:
-        with psycopg.connect(postgres.dsn(dbname="postgres"), autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    with (
+        demo_database(postgres, DB) as dsn,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
+        yield conn
 
 
 @pytest.fixture

@@ -7,15 +7,14 @@ installed (CI installs it)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from importlib import resources
 from typing import Any
 
 import psycopg
 import pytest
 
-from proxy.config import IndexSettings, LLMSettings, RuntimeSettings
+from proxy.config import LLMSettings
 from proxy.llm_server import embedded_available
-from tests.fix_pg import Postgres, table_checksum
+from tests.fix_pg import Postgres, demo_database, table_checksum
 from tests.fix_proxy import RunningProxy, start_proxy
 
 pytestmark = [
@@ -37,23 +36,8 @@ HOSTILE_VALUE = (
 def demo(postgres: Postgres) -> Iterator[str]:
     """The demo's sample database, migrated and indexed as `pgnl demo` does, with one hostile
     value added."""
-    from proxy.migrate import migrate
-    from proxy.runtime import load_embedder
-    from proxy.valueindex import build_index
-
-    with postgres.connect("postgres") as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DB}")
-    try:
-        with postgres.connect(DB) as conn:
-            conn.execute(resources.files("proxy.demo").joinpath("sample.sql").read_text().encode())
-            conn.execute(HOSTILE_VALUE)
-            migrate(conn)
-            build_index(conn, load_embedder(RuntimeSettings()), IndexSettings(), progress=False)
+    with demo_database(postgres, DB, lambda conn: conn.execute(HOSTILE_VALUE)):
         yield DB
-    finally:
-        with postgres.connect("postgres") as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
 
 
 @pytest.fixture(scope="module")

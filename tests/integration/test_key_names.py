@@ -24,7 +24,7 @@ from proxy.nl2sql.database import PsycopgDatabase
 from proxy.nl2sql.pipeline import load_pipeline
 from proxy.runtime import load_embedder
 from proxy.valueindex import build_index
-from tests.fix_pg import Postgres
+from tests.fix_pg import Postgres, scratch_database
 
 pytestmark = pytest.mark.integration
 
@@ -47,31 +47,24 @@ QUESTIONS = [
 
 @pytest.fixture(scope="module")
 def airports(postgres: Postgres) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(postgres.dsn(dbname="postgres"), autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DB}")
-        admin.execute(f"CREATE DATABASE {DB}")
-    try:
-        with psycopg.connect(postgres.dsn(dbname=DB), autocommit=True) as conn:
-            conn.execute(
-                "CREATE TABLE countries (code char(2) PRIMARY KEY, name text NOT NULL);"
-                "CREATE TABLE airports (iata char(3) PRIMARY KEY, name text NOT NULL, "
-                "city text, country char(2) REFERENCES countries (code), elevation real)"
-            )
-            with conn.cursor() as cur:
-                with cur.copy("COPY countries FROM STDIN") as copy:
-                    for country in iso3166.countries:
-                        copy.write_row((country.alpha2, country.name))
-                with cur.copy("COPY airports FROM STDIN") as copy:
-                    for a in airportsdata.load("IATA").values():
-                        if a["country"] in COUNTRIES:
-                            row = (a["iata"], a["name"], a["city"], a["country"], a["elevation"])
-                            copy.write_row(row)
-            migrate(conn)
-            build_index(conn, load_embedder(), progress=False)
-            yield conn
-    finally:
-        with psycopg.connect(postgres.dsn(dbname="postgres"), autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    with scratch_database(postgres, DB) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE countries (code char(2) PRIMARY KEY, name text NOT NULL);"
+            "CREATE TABLE airports (iata char(3) PRIMARY KEY, name text NOT NULL, "
+            "city text, country char(2) REFERENCES countries (code), elevation real)"
+        )
+        with conn.cursor() as cur:
+            with cur.copy("COPY countries FROM STDIN") as copy:
+                for country in iso3166.countries:
+                    copy.write_row((country.alpha2, country.name))
+            with cur.copy("COPY airports FROM STDIN") as copy:
+                for a in airportsdata.load("IATA").values():
+                    if a["country"] in COUNTRIES:
+                        row = (a["iata"], a["name"], a["city"], a["country"], a["elevation"])
+                        copy.write_row(row)
+        migrate(conn)
+        build_index(conn, load_embedder(), progress=False)
+        yield conn
 
 
 @pytest.mark.parametrize(("question", "gold"), QUESTIONS)

@@ -19,7 +19,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,8 @@ import psycopg
 import pytest
 from psycopg import errors, sql
 
-from proxy.migrate import SQL_FUNCTIONS, migrate
-from proxy.runtime import load_embedder
-from proxy.valueindex import build_index
-from tests.fix_pg import Postgres, closed_to_the_server, table_checksum
+from proxy.migrate import SQL_FUNCTIONS
+from tests.fix_pg import Postgres, closed_to_the_server, demo_database, table_checksum
 
 pytestmark = pytest.mark.integration
 
@@ -47,24 +44,13 @@ BOSTON = "show the first and last names of students from boston"
 @pytest.fixture(scope="module")
 def demo(postgres: Postgres) -> Iterator[str]:
     """The demo database, migrated (with the SQL functions) and indexed; its DSN."""
-    with postgres.connect("postgres") as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DB}")
-    dsn = postgres.dsn(dbname=DB)
-    try:
-        skipped: dict[str, str] = {}
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(resources.files("proxy.demo").joinpath("sample.sql").read_text().encode())
-            migrate(conn, skipped=skipped)
-            build_index(conn, load_embedder(), progress=False)
+    skipped: dict[str, str] = {}
+    with demo_database(postgres, DB, skipped=skipped) as dsn:
         if SQL_FUNCTIONS in skipped:
             if closed := closed_to_the_server():
                 pytest.skip(f"the server's account may not read pgnl's installation: {closed}")
             pytest.fail(f"the SQL functions were not installed: {skipped[SQL_FUNCTIONS]}")
         yield dsn
-    finally:
-        with postgres.connect("postgres") as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
 
 
 @pytest.fixture(scope="module")

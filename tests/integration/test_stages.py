@@ -12,14 +12,12 @@ choosing the sketch.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from importlib import resources
 from typing import Any
 
 import psycopg
 import pytest
 
 from proxy.config import Settings
-from proxy.migrate import migrate
 from proxy.nl2sql.budget import Budget
 from proxy.nl2sql.candidate import Candidate
 from proxy.nl2sql.completion import Completer
@@ -32,20 +30,15 @@ from proxy.nl2sql.search import Search
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, Slots
 from proxy.nl2sql.trace import Trace
 from proxy.runtime import load_embedder
-from proxy.valueindex import build_index
 from proxy.valueindex.lookup import ValueIndex
-from tests.fix_pg import Postgres, scratch_database
+from tests.fix_pg import Postgres, demo_database
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def university(postgres: Postgres) -> Iterator[str]:
-    with scratch_database(postgres, "pgnl_stages") as dsn:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(resources.files("proxy.demo").joinpath("sample.sql").read_text().encode())
-            migrate(conn)
-            build_index(conn, load_embedder(), progress=False)
+    with demo_database(postgres, "pgnl_stages") as dsn:
         yield dsn
 
 
