@@ -1,9 +1,9 @@
 """Execution accuracy on Spider dev, asked through a real `pgnl serve` as a client would ask it.
 
     python -m benchmarks.execution_accuracy [--dsn ADMIN_DSN] [--db DB_ID ...]
-        [--limit N | --sample N [--seed S]] [--llm MODEL ...] [--modes plm,alone,full,url]
-        [--checkpoint FILE] [--timeout 30] [--llm-timeout 600] [--show N]
-        [--details results.jsonl] [--no-attribution] [--no-warmup] [--no-query-log]
+        [--limit N | --sample N [--seed S] | --numbers N,N,...] [--llm MODEL ...]
+        [--modes plm,alone,full,url] [--checkpoint FILE] [--timeout 30] [--llm-timeout 600]
+        [--show N] [--details results.jsonl] [--no-attribution] [--no-warmup] [--no-query-log]
 
 1. Set-up. PostgreSQL: a throwaway embedded server (pgvector included) started for this run and
    removed at its end, or the server `--dsn` names (an admin DSN; what this run loads there stays,
@@ -138,7 +138,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -267,11 +267,15 @@ def choose(numbers: Sequence[int], *, limit: int = 0, sample: int = 0, seed: int
 
 
 def dev_items(
-    dbs: Sequence[str] | None, limit: int, sample: int = 0, seed: int = 0
+    dbs: Sequence[str] | None,
+    limit: int,
+    sample: int = 0,
+    seed: int = 0,
+    numbers: Collection[int] = (),
 ) -> tuple[list[Item], int, Counter[str]]:
     """The executable dev questions (those whose database Spider ships), filtered by `dbs` and
-    chosen by `choose`; also dev.json's size and the questions left out for a missing database,
-    by db_id."""
+    `numbers` (their places in dev.json; empty: all) and chosen by `choose`; also dev.json's
+    size and the questions left out for a missing database, by db_id."""
     examples = json.loads((spider_dir() / "dev.json").read_text(encoding="utf-8"))
     missing: Counter[str] = Counter()
     executable: list[int] = []
@@ -280,7 +284,7 @@ def dev_items(
         if not sqlite_path(db_id).exists():
             missing[db_id] += 1
             continue
-        if dbs and db_id not in dbs:
+        if (dbs and db_id not in dbs) or (numbers and number not in numbers):
             continue
         executable.append(number)
     items: list[Item] = []
@@ -571,6 +575,19 @@ def trace_rows(rows: Sequence[Sequence[Any]]) -> list[TraceRow]:
             )
         )
     return out
+
+
+_RULES_NOTE = re.compile(r"\brules: ([\w.]+(?:, [\w.]+)*)")
+
+
+def rules_fired(trace: Sequence[TraceRow]) -> list[str]:
+    """The PLM-only rules that changed a sketch or a completion of the question, in order, each
+    once: the names in the trace's "rules: a, b" notes (the sketch row, PLM complete rows)."""
+    fired: dict[str, None] = {}
+    for row in trace:
+        for match in _RULES_NOTE.finditer(row.calibration or ""):
+            fired.update(dict.fromkeys(match.group(1).split(", ")))
+    return list(fired)
 
 
 def logged_trace(trace: Sequence[Mapping[str, Any]]) -> list[TraceRow]:
@@ -965,6 +982,7 @@ class Asked:
     elapsed_ms: float = 0.0  # this question's requests, all of them
     restarted: bool = False  # the proxy was found dead after it, and restarted
     internal_errors: list[str] = field(default_factory=list)  # proxy log lines meanwhile
+    rules: list[str] = field(default_factory=list)  # the PLM-only rules that fired (`rules_fired`)
 
 
 def _one_line(text: str) -> str:
@@ -1009,6 +1027,7 @@ def logged_answer(reply: Reply, question: str) -> Logged:
 
 def _traced(asked: Asked, trace: Sequence[TraceRow], chosen: int | None) -> None:
     asked.chosen = chosen
+    asked.rules = rules_fired(trace)
     usage = llm_usage(trace)
     asked.llm_requests = usage.requests
     asked.prompt_tokens = usage.prompt_tokens
@@ -1811,7 +1830,9 @@ def write_details(run: Run, path: Path) -> None:
 
 
 async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.ExitStack) -> Run:
-    items, dev_size, missing = dev_items(args.db, args.limit, args.sample, args.seed)
+    items, dev_size, missing = dev_items(
+        args.db, args.limit, args.sample, args.seed, numbers=frozenset(args.numbers)
+    )
     if not items:
         raise BenchError("no dev question chosen (check --db, --limit and --sample)")
     environ = dict(os.environ)
@@ -1895,6 +1916,15 @@ def _kinds(text: str) -> list[str]:
     return kinds
 
 
+def _numbers(text: str) -> list[int]:
+    try:
+        return [int(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--numbers takes a comma list of dev.json places, not {text!r}"
+        ) from None
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.execution_accuracy",
@@ -1918,6 +1948,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=0,
         help="N questions drawn at random (reproducibly, with --seed) across the databases",
+    )
+    chosen.add_argument(
+        "--numbers",
+        type=_numbers,
+        default=[],
+        help="only these questions: their places in dev.json, a comma list (as --details "
+        "numbers them)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
     parser.add_argument(

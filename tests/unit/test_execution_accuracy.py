@@ -46,10 +46,12 @@ from benchmarks.execution_accuracy import (
     mode_environment,
     mode_specs,
     model_environment,
+    parse_args,
     process_memory,
     read_checkpoint,
     record_of,
     report,
+    rules_fired,
     sketch_differences,
     slot_differences,
     stage_of,
@@ -290,6 +292,38 @@ def test_llm_usage_sums_the_trace_notes() -> None:
         requests=4, prompt_tokens=412 + 430 + 388, completion_tokens=23 + 19 + 30
     )
     assert llm_usage([]) == LLMUsage(0, 0, 0)
+
+
+def test_rules_fired_reads_the_trace_notes() -> None:
+    trace = [
+        TraceRow("sketch", None, None, "rules: spoken_order, in_said_direction", "8 sketches", 1),
+        TraceRow("complete", 1, -0.5, "rules: extreme_row, complete.shown_groups", "PLM", 1),
+        TraceRow(
+            "complete",
+            2,
+            -0.7,
+            "FROM reduced to the tables of the columns named; rules: spoken_range, extreme_row",
+            "PLM",
+            1,
+        ),
+        TraceRow("calibrate", 2, -0.7, "'x' -> 'X' (0.90, column)", "1 literals corrected", 1),
+    ]
+    assert rules_fired(trace) == [
+        "spoken_order",
+        "in_said_direction",
+        "extreme_row",
+        "complete.shown_groups",
+        "spoken_range",
+    ]
+    assert rules_fired(trace[3:]) == []
+
+
+def test_numbers_choose_questions_by_their_place() -> None:
+    assert parse_args(["--numbers", "3,17,250"]).numbers == [3, 17, 250]
+    with pytest.raises(SystemExit):
+        parse_args(["--numbers", "3,x"])
+    with pytest.raises(SystemExit):  # one way of choosing at a time
+        parse_args(["--numbers", "3", "--limit", "5"])
 
 
 def test_choose_draws_a_reproducible_sample_in_order() -> None:
