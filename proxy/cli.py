@@ -1,4 +1,4 @@
-"""The `pgnl` command: serve, demo, config, migrate, index, ask, doctor."""
+"""The `pgnl` command: serve, demo, config, rules, migrate, index, ask, doctor."""
 
 from __future__ import annotations
 
@@ -209,6 +209,23 @@ def cmd_config(settings: config.Settings) -> int:
     return 0
 
 
+def cmd_rules(settings: config.Settings) -> int:
+    """The PLM-only rules in the order they apply: stage, name, purpose; `*` marks those
+    `[pipeline] disabled_rules` turns off."""
+    from proxy.nl2sql.rules import RULES
+
+    disabled = set(settings.pipeline.disabled_rules)
+    width = max(len(rule.name) for rule in RULES) + 2
+    lines = [f"{'stage':<10}{'name':<{width}}purpose"]
+    for rule in RULES:
+        mark = "*" if rule.name in disabled else " "
+        lines.append(f"{rule.stage:<10}{rule.name + mark:<{width}}{rule.purpose}")
+    if disabled:
+        lines.append("* disabled by [pipeline] disabled_rules")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
 def _database_error(exc: Exception) -> str:
     """A psycopg error as one line for `pgnl: ...`."""
     return " ".join(str(exc).split()) or type(exc).__name__
@@ -369,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     commands.add_parser("config", help="print every setting with its documentation and default")
+    commands.add_parser(
+        "rules", help="list the PLM-only rules (sketch repairs, completion rewrites) in order"
+    )
 
     migrate = commands.add_parser(
         "migrate", help="create or update the nl schema (value index, functions) in a database"
@@ -435,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve": cmd_serve,
         "demo": lambda settings: cmd_demo(settings, args.config),
         "config": cmd_config,
+        "rules": cmd_rules,
         "migrate": lambda settings: cmd_migrate(settings, args),
         "index": lambda settings: cmd_index(settings, args),
         "ask": lambda settings: cmd_ask(settings, args),

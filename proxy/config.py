@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy.nl2sql import rules
+
 DEFAULT_CONFIG_FILE = "pgnl.toml"
 
 SECRETS = {("llm", "api_key"): "PGNL_LLM_API_KEY"}
@@ -470,6 +472,14 @@ class PipelineSettings:
             "other connections keep flowing meanwhile."
         ),
     )
+    disabled_rules: tuple[str, ...] = field(
+        default=(),
+        metadata=_doc(
+            "PLM-only rules (the sketch repairs and completion rewrites) not to apply, by name: "
+            "`pgnl rules` lists them in the order they apply. In the environment, the names "
+            "separated by commas."
+        ),
+    )
 
 
 @dataclass
@@ -540,13 +550,32 @@ def _coerce(section: str, key: str, kind: type, raw: object) -> object:
             return float(str(raw))
         except ValueError:
             raise ConfigError(f"{where} must be a number, not {raw!r}") from None
+    if kind is tuple:
+        if isinstance(raw, str):  # the environment's form: "a, b"
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        if isinstance(raw, list | tuple) and all(isinstance(item, str) for item in raw):
+            return tuple(raw)
+        raise ConfigError(f"{where} must be a list of strings, not {raw!r}")
     if not isinstance(raw, str):
         raise ConfigError(f"{where} must be a string, not {raw!r}")
     return raw
 
 
+def _checked(section: str, key: str, value: object) -> object:
+    """`value`, where the setting names things, each checked to exist."""
+    if (section, key) == ("pipeline", "disabled_rules"):
+        assert isinstance(value, tuple)
+        try:
+            rules.validate(value)
+        except ValueError as exc:
+            raise ConfigError(
+                f"[{section}] {key}: {exc}; remove it from the list or correct its spelling"
+            ) from None
+    return value
+
+
 def _field_types(section_obj: object) -> dict[str, type]:
-    hints = {"str": str, "int": int, "float": float, "bool": bool}
+    hints = {"str": str, "int": int, "float": float, "bool": bool, "tuple[str, ...]": tuple}
     return {f.name: hints[str(f.type)] for f in dataclasses.fields(section_obj)}  # type: ignore[arg-type]
 
 
@@ -571,7 +600,11 @@ def _apply(settings: Settings, values: dict[str, dict[str, object]], origin: str
                 raise ConfigError(
                     f"{origin}: unknown setting [{section}] {key}; see pgnl.example.toml"
                 )
-            setattr(target, key, _coerce(section, key, types[key], raw))
+            value = _coerce(section, key, types[key], raw)
+            try:
+                setattr(target, key, _checked(section, key, value))
+            except ConfigError as exc:
+                raise ConfigError(f"{origin}: {exc}") from None
 
 
 def load(
@@ -637,6 +670,8 @@ def example_toml() -> str:
 
 
 def _toml_value(value: object) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

@@ -135,6 +135,7 @@ from dataclasses import dataclass, field, replace
 from pglast import ast, keywords, parse_sql
 from pglast.parser import ParseError
 
+from proxy.nl2sql import rules
 from proxy.nl2sql.joins import (
     JoinError,
     JoinStep,
@@ -1263,12 +1264,15 @@ def complete(
     `CompletionError` for a sketch that cannot be made into SQL."""
     if not sketch.select:
         raise CompletionError("unsupported item", "empty SELECT")
-    sketch = _extreme_row(sketch)
-    sketch = _spoken_range(sketch, schema, literals, question)
-    sketch = _counted_table(sketch, schema, question)
-    sketch = _people_counted(sketch, schema, question)
-    sketch = _one_number_asked(sketch, schema, question)
-    sketch = _shown_groups(sketch)
+    sketch = rules.apply("extreme_row", sketch, _extreme_row, sketch)
+    sketch = rules.apply("spoken_range", sketch, _spoken_range, sketch, schema, literals, question)
+    for name, rewrite in (
+        ("counted_table", _counted_table),
+        ("people_counted", _people_counted),
+        ("complete.one_number_asked", _one_number_asked),
+    ):
+        sketch = rules.apply(name, sketch, rewrite, sketch, schema, question)
+    sketch = rules.apply("complete.shown_groups", sketch, _shown_groups, sketch)
     slots = sketch.slots
     select = sorted(
         sketch.select, key=lambda i: (i.aggregate != "", i.column, AGGREGATES.index(i.aggregate))

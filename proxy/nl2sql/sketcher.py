@@ -25,7 +25,7 @@ import functools
 import itertools
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from proxy.config import ConfigError, RuntimeSettings, SketchSettings
+from proxy.nl2sql import rules
 from proxy.nl2sql.aligner import Aligner, FloatArray, pair_text
 from proxy.nl2sql.encoding import MAX_LENGTH, WindowEncoder, batch, value_marks
 from proxy.nl2sql.schema import Schema, spelled_out
@@ -425,19 +426,40 @@ def _repaired(
     `rank` proposes after everything else)."""
     schema, question = named
     if values is not None:
-        pair_slots = conditions_on_named_values(
-            question, schema, select, pair_slots, values, said=said
+        pair_slots = rules.apply(
+            "conditions_on_named_values",
+            pair_slots,
+            conditions_on_named_values,
+            *(question, schema, select, pair_slots, values),
+            said=said,
         )
-        pair_slots = conditions_on_a_year(question, schema, select, pair_slots, values, said=said)
-    pair_slots = one_nested_condition(schema, select, pair_slots)
-    pair_slots = nested_on_shown_table(schema, select, pair_slots)
-    pair_slots = ordered_on_shown_table(schema, select, pair_slots)
+        pair_slots = rules.apply(
+            "conditions_on_a_year",
+            pair_slots,
+            conditions_on_a_year,
+            *(question, schema, select, pair_slots, values),
+            said=said,
+        )
+    for name, placed in (
+        ("one_nested_condition", one_nested_condition),
+        ("nested_on_shown_table", nested_on_shown_table),
+        ("ordered_on_shown_table", ordered_on_shown_table),
+    ):
+        pair_slots = rules.apply(name, pair_slots, placed, schema, select, pair_slots)
     holding = frozenset(values.columns) if values is not None else frozenset()
-    select, pair_slots = columns_of_named_tables(
-        question, schema, select, pair_slots, said, holding=holding
+    select, pair_slots = rules.apply(
+        "columns_of_named_tables",
+        (select, pair_slots),
+        columns_of_named_tables,
+        *(question, schema, select, pair_slots, said),
+        holding=holding,
     )
-    select, pair_slots = read_by_name(question, schema, select, pair_slots)
-    nearer = nearest_equals(schema, select, pair_slots)
+    select, pair_slots = rules.apply(
+        "read_by_name", (select, pair_slots), read_by_name, question, schema, select, pair_slots
+    )
+    nearer = rules.apply(
+        "nearest_equals", (select, pair_slots), nearest_equals, schema, select, pair_slots
+    )
     starts = [nearer] if nearer == (select, pair_slots) else [nearer, (select, pair_slots)]
     return [_spoken(question, schema, s, chosen, slots) for s, slots in starts]
 
@@ -449,43 +471,69 @@ def _spoken(
     chosen: frozenset[str],
     pair_slots: Slots,
 ) -> SketchParts:
-    """The rules of `rank` that read what the question says, after the columns are placed."""
-    for repaired in (
-        counted_by_value(question, schema, select, chosen, pair_slots),
-        grouped_by_its_aggregate(question, schema, select, chosen, pair_slots),
-        ordered_by_a_quantity(question, schema, select, chosen, pair_slots),
+    """The rules of `rank` that read what the question says, after the columns are placed.
+    Each rule of a group reads the sketch as the group found it; a later one's answer wins."""
+    start = (select, chosen, pair_slots)
+    for name, repair in (
+        ("counted_by_value", counted_by_value),
+        ("grouped_by_its_aggregate", grouped_by_its_aggregate),
+        ("ordered_by_a_quantity", ordered_by_a_quantity),
     ):
-        if repaired is not None:
-            select, chosen, pair_slots = repaired
-    pair_slots = spoken_order(question, schema, select, pair_slots)
-    grouped = spoken_group(question, schema, select, pair_slots)
-    if grouped is not None:
-        select, pair_slots = grouped
-    pair_slots = grouped_by_asked(question, schema, select, pair_slots) or pair_slots
-    group_by = pair_slots.group_by
-    spoken = (
-        spoken_aggregates(question, schema, select, group_by)
-        or spoken_select(question, schema, select, group_by)
-        or spoken_aggregate_of(question, schema, select)
-        or spoken_columns(question, schema, select)
-        or spoken_extreme(question, schema, select, chosen)
+        if rules.enabled(name):
+            repaired = rules.noted(name, start, repair(question, schema, *start))
+            if repaired is not None:
+                select, chosen, pair_slots = repaired
+    pair_slots = rules.apply(
+        "spoken_order", pair_slots, spoken_order, question, schema, select, pair_slots
     )
-    select = aggregates_of_one_table(schema, spoken if spoken is not None else select)
-    for regrouped in (
-        grouped_without_aggregate(question, select, chosen, pair_slots),
-        ordered_by_frequency(question, select, chosen, pair_slots),
+    select, pair_slots = rules.apply(
+        "spoken_group", (select, pair_slots), spoken_group, question, schema, select, pair_slots
+    )
+    pair_slots = rules.apply(
+        "grouped_by_asked", pair_slots, grouped_by_asked, question, schema, select, pair_slots
+    )
+    group_by = pair_slots.group_by
+    said: tuple[tuple[str, Callable[[], frozenset[SelectItem] | None]], ...] = (
+        ("spoken_aggregates", lambda: spoken_aggregates(question, schema, select, group_by)),
+        ("spoken_select", lambda: spoken_select(question, schema, select, group_by)),
+        ("spoken_aggregate_of", lambda: spoken_aggregate_of(question, schema, select)),
+        ("spoken_columns", lambda: spoken_columns(question, schema, select)),
+        ("spoken_extreme", lambda: spoken_extreme(question, schema, select, chosen)),
+    )
+    spoken = None  # the first of these that answers
+    for name, speak in said:
+        if rules.enabled(name):
+            spoken = rules.noted(name, select, speak())
+            if spoken:
+                break
+    shown = spoken if spoken is not None else select
+    select = rules.apply("aggregates_of_one_table", shown, aggregates_of_one_table, schema, shown)
+    start = (select, chosen, pair_slots)
+    for name, regroup in (
+        ("grouped_without_aggregate", grouped_without_aggregate),
+        ("ordered_by_frequency", ordered_by_frequency),
     ):
-        if regrouped is not None:
-            select, chosen, pair_slots = regrouped
-    chosen, pair_slots = spoken_age_order(question, schema, select, chosen, pair_slots)
-    recent = spoken_recency(question, schema, select, chosen, pair_slots)
-    if recent is not None:
-        chosen, pair_slots = recent
-    asked = one_number_asked(question, schema, select, chosen, pair_slots)
-    if asked is not None:
-        select, chosen = asked
-    select = shown_groups(select, pair_slots)
-    return select, in_said_direction(question, chosen), pair_slots
+        if rules.enabled(name):
+            regrouped = rules.noted(name, start, regroup(question, *start))
+            if regrouped is not None:
+                select, chosen, pair_slots = regrouped
+    ordered = (chosen, pair_slots)
+    chosen, pair_slots = rules.apply(
+        "spoken_age_order", ordered, spoken_age_order, question, schema, select, *ordered
+    )
+    ordered = (chosen, pair_slots)
+    chosen, pair_slots = rules.apply(
+        "spoken_recency", ordered, spoken_recency, question, schema, select, *ordered
+    )
+    select, chosen = rules.apply(
+        "one_number_asked",
+        (select, chosen),
+        one_number_asked,
+        *(question, schema, select, chosen, pair_slots),
+    )
+    select = rules.apply("shown_groups", select, shown_groups, select, pair_slots)
+    chosen = rules.apply("in_said_direction", chosen, in_said_direction, question, chosen)
+    return select, chosen, pair_slots
 
 
 _cache: dict[tuple[str, str, int, str], Sketcher] = {}

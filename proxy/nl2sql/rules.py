@@ -1,0 +1,229 @@
+"""The PLM-only rules: the repairs the sketch stage makes to a sketch from the question's own
+words (`sketcher._repaired`, `sketcher._spoken`) and the rewrites completion makes before it
+writes the SQL (`complete_plm.complete`), listed in the order they apply (`pgnl rules` prints
+them).
+
+    with rules.applying(frozenset({"spoken_order"})) as fired:
+        sketches = sketcher.sketch(question, schema, values)
+    fired  # the names of the rules that changed something, in order, each once
+
+A rule stays where it is written (most of them in `sketch.py`); its call site asks `apply` (or
+`enabled` and `noted`) by the rule's name. Outside `applying` every rule applies and nothing is
+recorded. The state is a `ContextVar`, read in the thread the rules run in: enter `applying`
+in the thread that sketches and completes (a `ThreadPoolExecutor` does not carry it over).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal, ParamSpec, TypeVar
+
+Stage = Literal["sketch", "complete"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: its name (a setting's value: `[pipeline] disabled_rules`), the stage it
+    applies in, and what it does, in one line."""
+
+    name: str
+    stage: Stage
+    purpose: str
+
+
+def _sketch(name: str, purpose: str) -> Rule:
+    return Rule(name, "sketch", purpose)
+
+
+def _complete(name: str, purpose: str) -> Rule:
+    return Rule(name, "complete", purpose)
+
+
+RULES: tuple[Rule, ...] = (
+    # sketcher._repaired: where the columns are
+    _sketch(
+        "conditions_on_named_values",
+        "a WHERE value condition moves to a column that holds a value the question names",
+    ),
+    _sketch(
+        "conditions_on_a_year",
+        "a WHERE condition on a text column holding no named value moves to the year column",
+    ),
+    _sketch(
+        "one_nested_condition",
+        "a subquery condition said twice on columns a key makes equal is kept once",
+    ),
+    _sketch(
+        "nested_on_shown_table",
+        "an IN/NOT IN subquery condition on an unread table moves to the shown table",
+    ),
+    _sketch(
+        "ordered_on_shown_table",
+        "an ORDER BY column of an unread table moves to the shown table's column of its name",
+    ),
+    _sketch(
+        "columns_of_named_tables",
+        "a column of a table the question does not name moves to the named table's column",
+    ),
+    _sketch("read_by_name", "a key that stands for a name is shown and grouped by that name"),
+    _sketch(
+        "nearest_equals",
+        "a column a key makes equal to another is read from the nearer table",
+    ),
+    # sketcher._spoken: what the question says
+    _sketch(
+        "counted_by_value",
+        'a grouped column the question gives a number of ("4 cylinders") becomes a WHERE',
+    ),
+    _sketch(
+        "grouped_by_its_aggregate",
+        "a column the SELECT averages (max, min) is not grouped by",
+    ),
+    _sketch(
+        "ordered_by_a_quantity",
+        "a superlative naming a numeric column orders by it, not by a group's count",
+    ),
+    _sketch(
+        "spoken_order",
+        'ORDER BY the column the superlative or "ordered by" names, not another',
+    ),
+    _sketch("spoken_group", 'GROUP BY the column "each year", "per director" names'),
+    _sketch(
+        "grouped_by_asked",
+        'a count grouped by its table\'s key groups by the shown column "which" asks of',
+    ),
+    _sketch(
+        "spoken_aggregates",
+        'the SELECT a list of aggregates of one column spells out ("the average and max age")',
+    ),
+    _sketch(
+        "spoken_select",
+        "the SELECT the question's first words spell out as aggregates of named columns",
+    ),
+    _sketch(
+        "spoken_aggregate_of",
+        "an aggregate of a column becomes the one the question says (max, not sum)",
+    ),
+    _sketch("spoken_columns", "the columns a list in the question's first words names are shown"),
+    _sketch(
+        "spoken_extreme",
+        'a column named after "smallest", "highest" is shown as its min or max',
+    ),
+    _sketch(
+        "aggregates_of_one_table",
+        "aggregates spread over tables are read from the one table that has them all",
+    ),
+    _sketch("grouped_without_aggregate", "GROUP BY goes where nothing is aggregated"),
+    _sketch(
+        "ordered_by_frequency",
+        '"sorted by frequency" groups by the shown columns and orders by count(*)',
+    ),
+    _sketch(
+        "spoken_age_order",
+        '"youngest" and "oldest" order by an age or a birth date, in their direction',
+    ),
+    _sketch(
+        "spoken_recency",
+        '"most recent" and "earliest" order by the one date column',
+    ),
+    _sketch(
+        "one_number_asked",
+        '"how many different" counts distinct values of a column, "together" sums it',
+    ),
+    _sketch("shown_groups", "a grouped SELECT of aggregates only shows what it groups by too"),
+    _sketch(
+        "in_said_direction",
+        'ORDER BY goes the direction the question says in words ("from high to low")',
+    ),
+    # complete_plm.complete: before the clauses are written
+    _complete(
+        "extreme_row",
+        "a max or min beside plain columns orders by it, LIMIT 1 (the row of the extreme)",
+    ),
+    _complete(
+        "spoken_range",
+        'a comparison becomes BETWEEN where the question says "between 5 and 10"',
+    ),
+    _complete(
+        "counted_table",
+        "count(*) over a join counts the distinct keys of the table the question counts",
+    ),
+    _complete(
+        "people_counted",
+        '"how many people" of a table with a population sums the population',
+    ),
+    _complete("complete.one_number_asked", "one_number_asked again, on the sketch completed"),
+    _complete("complete.shown_groups", "shown_groups again, on the sketch completed"),
+)
+"""Every rule, in the order it applies: the sketch stage's, then completion's. A name is the
+rule's function's, without its underscore; the two completion repeats of a sketch rule are
+named `complete.` and the sketch rule's name."""
+
+_NAMES = frozenset(rule.name for rule in RULES)
+
+
+def validate(names: Iterable[str]) -> frozenset[str]:
+    """`names` as a set, each the name of a rule; a ValueError names the first one that is
+    not."""
+    chosen = frozenset(names)
+    unknown = sorted(chosen - _NAMES)
+    if unknown:
+        raise ValueError(f"no rule is named {unknown[0]!r}: run `pgnl rules` to list them")
+    return chosen
+
+
+@dataclass
+class _Applying:
+    disabled: frozenset[str]
+    fired: list[str] = field(default_factory=list)
+
+
+_active: contextvars.ContextVar[_Applying | None] = contextvars.ContextVar(
+    "pgnl_rules", default=None
+)
+
+
+@contextlib.contextmanager
+def applying(disabled: frozenset[str] = frozenset()) -> Iterator[list[str]]:
+    """Within the block, the rules named in `disabled` do not apply; yields the list of the
+    names of the rules that changed something meanwhile, in order, each once. Raises
+    ValueError for a name no rule has (`validate`)."""
+    state = _Applying(validate(disabled))
+    token = _active.set(state)
+    try:
+        yield state.fired
+    finally:
+        _active.reset(token)
+
+
+def enabled(name: str) -> bool:
+    """Whether rule `name` applies here: always outside `applying`. Raises ValueError for a
+    name no rule has, so that a call site cannot ask for a rule the registry lacks."""
+    if name not in _NAMES:
+        raise ValueError(f"no rule is named {name!r}: add it to proxy.nl2sql.rules.RULES")
+    state = _active.get()
+    return state is None or name not in state.disabled
+
+
+def noted(name: str, before: object, after: T) -> T:
+    """`after`, rule `name`'s result on `before`: recorded as fired (within `applying`) where
+    it is not None and differs from `before`."""
+    state = _active.get()
+    if state is not None and after is not None and after != before and name not in state.fired:
+        state.fired.append(name)
+    return after
+
+
+def apply(name: str, value: T, rule: Callable[P, T | None], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`rule(*args, **kwargs)`, what rule `name` makes of `value`, where it is enabled, else
+    `value`; a rule that answers None leaves `value` as it is."""
+    if not enabled(name):
+        return value
+    result = noted(name, value, rule(*args, **kwargs))
+    return value if result is None else result
