@@ -678,12 +678,22 @@ def _where_clause(query: _Query) -> str:
         target = schema.columns[predicate.column]
         name = writer.column(predicate.column)
         if not predicate.nested and len(values) == 1:
-            said = _cued_operator(query.question, predicate.operator, values[0])
+            said = rules.apply(
+                "cued_operator",
+                predicate.operator,
+                _cued_operator,
+                *(query.question, predicate.operator, values[0]),
+            )
         else:
             said = predicate.operator
         pattern = said in ("like", "not like")
         if values and (pattern or (said in _COMPARED and values[0].kind == "number")):
-            compared = _compared_column(query, values[0], outer, predicates, text=pattern)
+            compared = rules.found(
+                "compared_column",
+                _compared_column,
+                *(query, values[0], outer, predicates),
+                text=pattern,
+            )
             if compared is not None:
                 name, target = writer.column(compared), schema.columns[compared]
         operator = _SQL_OPERATORS.get(said, said.upper())
@@ -703,7 +713,11 @@ def _where_clause(query: _Query) -> str:
             # "earnings less than 200000" under a BETWEEN the slot head chose: one bound
             conditions.append(f"{name} {cue} {_value(values[0], target)}")
         elif len(values) < _needs(predicate):
-            implied = _compared_with_average(query.question, predicate, target)
+            implied = rules.found(
+                "compared_with_average",
+                _compared_with_average,
+                *(query.question, predicate, target),
+            )
             if implied is None:
                 raise CompletionError(
                     "no value",
@@ -712,7 +726,9 @@ def _where_clause(query: _Query) -> str:
                 )
             whole = _whole_table(writer, "avg", predicate.column)
             conditions.append(f"{_text_numbers(name, target, 'avg')} {implied} {whole}")
-        elif (partner := _or_partner(query, predicate, values)) is not None:
+        elif (
+            partner := rules.found("or_partner", _or_partner, query, predicate, values)
+        ) is not None:
             listed = f"{_value(values[0], target)}, {_value(partner, target)}"
             conditions.append(f"{name} {'NOT IN' if said == '!=' else 'IN'} ({listed})")
         elif predicate.operator == "between":
@@ -906,13 +922,13 @@ def _group_clause(query: _Query) -> str:
     if shown and aggregated:
         shown_tables = {schema.columns[c].table for c in shown}
         group = [c for c in group if _keys_table(schema, c) & shown_tables] or sorted(set(shown))
-        group = _by_shown_reference(schema, group, shown)
+        group = rules.apply("by_shown_reference", group, _by_shown_reference, schema, group, shown)
     if not group and aggregated:
         group = sorted(set(query.plain))
     if not group:
         return ""
     if aggregated:
-        group = _by_entity_key(query, group)
+        group = rules.apply("by_entity_key", group, _by_entity_key, query, group)
     grouped = set(group)
     for column in dict.fromkeys(query.plain):
         if column in grouped:
@@ -1004,11 +1020,12 @@ def _having_clause(query: _Query) -> str:
         literal = numbers.pop(0)
         value = _number_text(_number(literal))
         operator = _operator_cue(question, _find_span(question, literal))
-        if item.aggregate in ("avg", "sum", "max", "min"):
+        if item.aggregate in ("avg", "sum", "max", "min") and rules.enabled("compared_column"):
             # "whose average life expectancy is longer than 72": the column the words name
             tables = {j.table for j in query.joined}
             compared = _compared_column(query, literal, tables, ())
             if compared is not None and compared != item.column:
+                rules.noted("compared_column", item.column, compared)
                 name = writer.item(SelectItem(item.aggregate, compared))
         if operator == "between" and numbers:
             conditions.append(f"{name} BETWEEN {value} AND {_number_text(_number(numbers.pop(0)))}")
@@ -1069,8 +1086,10 @@ def _order_clause(query: _Query) -> str:
     default = " DESC" if "desc" in query.sketch.keywords else ""
     way = said_direction(query.question)
     said = None if way is None else (" DESC" if way == "desc" else "")
-    spoken = said if said is not None else _spoken_direction(query, query.slots.order_by[0])
-    direction = default if spoken is None else spoken
+    if said is None and rules.enabled("spoken_direction"):
+        spoken = _spoken_direction(query, query.slots.order_by[0])
+        said = rules.noted("spoken_direction", default, spoken)
+    direction = default if said is None else said
     return "ORDER BY " + ", ".join(query.writer.item(i) + direction for i in query.slots.order_by)
 
 
@@ -1261,7 +1280,9 @@ def complete(
     `literals` are the values to put in WHERE and HAVING, in order (`question_literals`, then
     what calibration found); `question`, when given, supplies the cues the sketch lacks: the
     N of "top N", HAVING comparisons, the aggregate of a nested comparison. Raises
-    `CompletionError` for a sketch that cannot be made into SQL."""
+    `CompletionError` for a sketch that cannot be made into SQL. The rewrites before the
+    clauses are written and those of the clause writers are `rules.RULES`' completion rules,
+    each applied by its name (`rules.applying` can disable it)."""
     if not sketch.select:
         raise CompletionError("unsupported item", "empty SELECT")
     sketch = rules.apply("extreme_row", sketch, _extreme_row, sketch)

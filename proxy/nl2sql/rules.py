@@ -160,6 +160,35 @@ RULES: tuple[Rule, ...] = (
     ),
     _complete("complete.one_number_asked", "one_number_asked again, on the sketch completed"),
     _complete("complete.shown_groups", "shown_groups again, on the sketch completed"),
+    # complete_plm's clause writers, in the order of the clauses
+    _complete(
+        "cued_operator",
+        'a WHERE operator becomes the one the words around its value say ("less than")',
+    ),
+    _complete(
+        "compared_column",
+        'a comparison is on the column named before "greater than" (HAVING\'s too)',
+    ),
+    _complete(
+        "compared_with_average",
+        'a comparison with no value compares with the average ("older than average")',
+    ),
+    _complete(
+        "or_partner",
+        'an equality whose value the question pairs with "or" becomes IN (both values)',
+    ),
+    _complete(
+        "by_shown_reference",
+        "GROUP BY a table's key becomes the shown foreign key of that table",
+    ),
+    _complete(
+        "by_entity_key",
+        "GROUP BY a naming column over a join also groups by its table's key",
+    ),
+    _complete(
+        "spoken_direction",
+        'a LIMIT query orders the way its superlative says ("oldest": age DESC)',
+    ),
 )
 """Every rule, in the order it applies: the sketch stage's, then completion's. A name is the
 rule's function's, without its underscore; the two completion repeats of a sketch rule are
@@ -218,6 +247,14 @@ def noted(name: str, before: object, after: T) -> T:
     if state is not None and after is not None and after != before and name not in state.fired:
         state.fired.append(name)
     return after
+
+
+def found(name: str, rule: Callable[P, T | None], *args: P.args, **kwargs: P.kwargs) -> T | None:
+    """`rule(*args, **kwargs)` where rule `name` is enabled, else None: for a rule that finds
+    something or nothing (None); it fired where it found something."""
+    if not enabled(name):
+        return None
+    return noted(name, None, rule(*args, **kwargs))
 
 
 def apply(name: str, value: T, rule: Callable[P, T | None], *args: P.args, **kwargs: P.kwargs) -> T:

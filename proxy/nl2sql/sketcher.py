@@ -421,7 +421,8 @@ def _repaired(
     *,
     values: NamedValues | None = None,
 ) -> list[SketchParts]:
-    """A pair's SELECT, KEYWORDS and slots after the rules `rank` lists; where
+    """A pair's SELECT, KEYWORDS and slots after the rules `rank` lists (each by its name in
+    `rules.RULES`, which can disable it); where
     `nearest_equals` moved a column, then also without that move (what it replaced, which
     `rank` proposes after everything else)."""
     schema, question = named

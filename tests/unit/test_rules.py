@@ -245,6 +245,28 @@ SINGERS = Schema(  # singer, singer_in_concert, and stadiums
     ),
     (ForeignKey(column=4, referenced=0),),
 )
+VENUES = Schema(  # concert.stadium_id keys stadium
+    "venues",
+    (Table("stadium"), Table("concert")),
+    (
+        Column(0, "stadium_id", "integer", primary_key=True),  # 0
+        Column(0, "name"),  # 1
+        Column(1, "concert_id", "integer", primary_key=True),  # 2
+        Column(1, "stadium_id", "integer"),  # 3
+    ),
+    (ForeignKey(column=3, referenced=0),),
+)
+DOCUMENTS = Schema(  # paragraphs.document_id keys documents
+    "documents",
+    (Table("documents"), Table("paragraphs")),
+    (
+        Column(0, "document_id", "integer", primary_key=True),  # 0
+        Column(0, "name"),  # 1
+        Column(1, "paragraph_id", "integer", primary_key=True),  # 2
+        Column(1, "document_id", "integer"),  # 3
+    ),
+    (ForeignKey(column=3, referenced=0),),
+)
 CITIES = Schema(
     "cities",
     (Table("city"),),
@@ -867,6 +889,10 @@ def _sketch(
 
 
 _DISTRICT = _where((1, "="))
+_COUNTED = Slots(group_by=frozenset({2}), having=(COUNT,))
+_AGE = _where((3, ">"))
+_GROUPED = _kw("group by", "having")
+_AVG_ID = SelectItem("avg", 0)
 
 COMPLETE_CASES = (
     CompleteCase(
@@ -958,6 +984,111 @@ COMPLETE_CASES = (
             Slots(group_by=frozenset({2})),
         ),
     ),
+    CompleteCase(
+        "cued_operator",
+        True,
+        SINGERS,
+        "Which countries have singers younger than 30?",
+        _sketch(_items(":2"), [0], _kw("where"), _AGE),
+    ),
+    CompleteCase(
+        "cued_operator",
+        False,
+        SINGERS,
+        "Which countries have singers older than 30?",
+        _sketch(_items(":2"), [0], _kw("where"), _AGE),
+    ),
+    CompleteCase(
+        "compared_column",
+        True,
+        SINGERS,
+        "Which stadiums have a capacity greater than 3000?",
+        _sketch(_items(":7"), [2], _kw("where"), _where((6, ">"))),
+    ),
+    CompleteCase(  # HAVING's comparison too
+        "compared_column",
+        True,
+        SINGERS,
+        "Which countries have singers whose average age is greater than 30?",
+        _sketch(_items(":2"), [0], _GROUPED, Slots(group_by=frozenset({2}), having=(_AVG_ID,))),
+    ),
+    CompleteCase(
+        "compared_column",
+        False,
+        SINGERS,
+        "Which stadiums have a capacity greater than 3000?",
+        _sketch(_items(":7"), [2], _kw("where"), _where((8, ">"))),
+    ),
+    CompleteCase(
+        "compared_with_average",
+        True,
+        SINGERS,
+        "Which singers are older than the average?",
+        _sketch(_items(":1"), [0], _kw("where"), _AGE),
+    ),
+    CompleteCase(
+        "compared_with_average",
+        False,
+        SINGERS,
+        "Which singers are older than 30?",
+        _sketch(_items(":1"), [0], _kw("where"), _AGE),
+    ),
+    CompleteCase(
+        "or_partner",
+        True,
+        SINGERS,
+        "Which singers are from 'France' or 'Spain'?",
+        _sketch(_items(":1"), [0], _kw("where"), _where((2, "="))),
+    ),
+    CompleteCase(
+        "or_partner",
+        False,
+        SINGERS,
+        "Which singers are from 'France'?",
+        _sketch(_items(":1"), [0], _kw("where"), _where((2, "="))),
+    ),
+    CompleteCase(
+        "by_shown_reference",
+        True,
+        DOCUMENTS,
+        "Which document ids have at least 2 paragraphs?",
+        _sketch(_items(":3"), [1], _GROUPED, _COUNTED),
+    ),
+    CompleteCase(
+        "by_shown_reference",
+        False,
+        DOCUMENTS,
+        "Which document ids have at least 2 paragraphs?",
+        _sketch(_items(":3"), [1], _GROUPED, Slots(group_by=frozenset({3}), having=(COUNT,))),
+    ),
+    CompleteCase(
+        "by_entity_key",
+        True,
+        VENUES,
+        "Which stadiums hosted at least 2 concerts?",
+        _sketch(_items(":1"), [0, 1], _GROUPED, Slots(group_by=frozenset({1}), having=(COUNT,))),
+    ),
+    CompleteCase(
+        "by_entity_key",
+        False,
+        VENUES,
+        "Which stadiums hosted at least 2 concerts?",
+        _sketch(_items(":1"), [0, 1], _GROUPED, Slots(group_by=frozenset({0}), having=(COUNT,))),
+    ),
+    CompleteCase(
+        "spoken_direction",
+        True,
+        SINGERS,
+        "What is the name of the oldest singer?",
+        _sketch(_items(":1"), [0], _kw("order by", "limit"), Slots(order_by=_order(":3"))),
+    ),
+    CompleteCase(
+        "spoken_direction",
+        False,
+        SINGERS,
+        "What is the name of the youngest singer?",
+        _sketch(_items(":1"), [0], _kw("order by", "limit"), Slots(order_by=_order(":3"))),
+    ),
 )
 
 
@@ -965,15 +1096,23 @@ def _unchanged_sketch(sketch: Sketch, *_: object) -> Sketch:
     return sketch
 
 
-COMPLETE_WITHOUT = {
-    "extreme_row": "_extreme_row",
-    "spoken_range": "_spoken_range",
-    "counted_table": "_counted_table",
-    "people_counted": "_people_counted",
-    "complete.one_number_asked": "_one_number_asked",
-    "complete.shown_groups": "_shown_groups",
+COMPLETE_WITHOUT: dict[str, tuple[str, Callable[..., object]]] = {
+    "extreme_row": ("_extreme_row", _unchanged_sketch),
+    "spoken_range": ("_spoken_range", _unchanged_sketch),
+    "counted_table": ("_counted_table", _unchanged_sketch),
+    "people_counted": ("_people_counted", _unchanged_sketch),
+    "complete.one_number_asked": ("_one_number_asked", _unchanged_sketch),
+    "complete.shown_groups": ("_shown_groups", _unchanged_sketch),
+    "cued_operator": ("_cued_operator", _returns(1)),
+    "compared_column": ("_compared_column", _returns_none),
+    "compared_with_average": ("_compared_with_average", _returns_none),
+    "or_partner": ("_or_partner", _returns_none),
+    "by_shown_reference": ("_by_shown_reference", _returns(1)),
+    "by_entity_key": ("_by_entity_key", _returns(1)),
+    "spoken_direction": ("_spoken_direction", _returns_none),
 }
-"""Each completion rule's function in `complete_plm`, replaced by one that changes nothing."""
+"""Each completion rule's function in `complete_plm`, and one that changes nothing in its
+place."""
 
 
 @pytest.mark.parametrize("case", COMPLETE_CASES, ids=_case_id)
@@ -988,7 +1127,7 @@ def test_each_completion_rule_changes_what_it_is_for_and_can_be_disabled(
     with rules.applying(frozenset({case.rule})) as fired_without:
         disabled = case.completed()
     assert case.rule not in fired_without
-    monkeypatch.setattr(complete_plm, COMPLETE_WITHOUT[case.rule], _unchanged_sketch)
+    monkeypatch.setattr(complete_plm, *COMPLETE_WITHOUT[case.rule])
     assert case.completed() == disabled
     assert (disabled != applied) is case.changes
 
