@@ -15,16 +15,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from proxy.nl2sql import rules
 from proxy.nl2sql.agreement import FIRST
 from proxy.nl2sql.candidate import Candidate
-from proxy.nl2sql.complete_plm import CompletionError, complete
+from proxy.nl2sql.complete_plm import CompletionError, Literal, complete
 from proxy.nl2sql.grounding import Grounding
 from proxy.nl2sql.llm import Completion, LLMAnswerError, LLMError
 from proxy.nl2sql.prompts import Message, sketch_completion, unguided_completion
 from proxy.nl2sql.question import Question, Stage
 from proxy.nl2sql.relaxations import tables_named_by
 from proxy.nl2sql.sketch import Sketch
-from proxy.nl2sql.trace import Step, one_line
+from proxy.nl2sql.trace import Step, one_line, rules_note
 
 
 class LLM(Protocol):
@@ -49,6 +50,7 @@ class Completer(Stage):
         *,
         selection: str,
         max_completions: int,
+        disabled_rules: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(question)
         self.grounding = grounding
@@ -56,6 +58,7 @@ class Completer(Stage):
         self.selection = selection  # [llm] selection
         self.max_completions = max_completions  # [llm] max_completions
         self.completions = 0  # sketches the LLM completed for this question
+        self.disabled_rules = disabled_rules  # [pipeline] disabled_rules
 
     @property
     def search_llm(self) -> LLM | None:
@@ -120,35 +123,44 @@ class Completer(Stage):
         return completion.sql
 
     def _complete_plm(self, candidate: Candidate) -> bool:
+        """PLM-only completion after the values stage; the completion rules that changed the
+        sketch are in the step's note."""
         candidate.sketch = self.grounding.with_named_values(candidate.sketch)
         literals = self.grounding.ground(candidate)
-        with self.trace.stage("complete", candidate) as step:
+        with (
+            self.trace.stage("complete", candidate) as step,
+            rules.applying(self.disabled_rules) as fired,
+        ):
             try:
-                candidate.sql = complete(
-                    candidate.sketch, self.schema, literals, question=self.question
-                )
-            except CompletionError as exc:
-                narrower = self._named_tables(candidate.sketch)
-                if exc.reason != "tables not connected" or narrower is None:
-                    step.outcome = f"no SQL: {exc.reason}"
-                    candidate.unfilled = exc.reason == "no value" and "HAVING" not in str(exc)
-                    candidate.unvalued = exc.column
-                    return False
-                # A FROM table no column names, that no key joins to the others: leave it out.
-                try:
-                    candidate.sql = complete(
-                        narrower, self.schema, literals, question=self.question
-                    )
-                except CompletionError as again:
-                    step.outcome = f"no SQL: {again.reason}"
-                    return False
-                candidate.sketch = narrower
-                step.note = "FROM reduced to the tables of the columns named"
-            if candidate.sql in self.trace.result.candidates:
-                step.outcome = "same SQL as an earlier candidate"
-            else:
-                step.outcome = "PLM"
-                self.trace.tried(candidate.sql)
+                return self._write_plm(candidate, literals, step)
+            finally:
+                step.add(rules_note(fired))
+
+    def _write_plm(self, candidate: Candidate, literals: list[Literal], step: Step) -> bool:
+        try:
+            candidate.sql = complete(
+                candidate.sketch, self.schema, literals, question=self.question
+            )
+        except CompletionError as exc:
+            narrower = self._named_tables(candidate.sketch)
+            if exc.reason != "tables not connected" or narrower is None:
+                step.outcome = f"no SQL: {exc.reason}"
+                candidate.unfilled = exc.reason == "no value" and "HAVING" not in str(exc)
+                candidate.unvalued = exc.column
+                return False
+            # A FROM table no column names, that no key joins to the others: leave it out.
+            try:
+                candidate.sql = complete(narrower, self.schema, literals, question=self.question)
+            except CompletionError as again:
+                step.outcome = f"no SQL: {again.reason}"
+                return False
+            candidate.sketch = narrower
+            step.add("FROM reduced to the tables of the columns named")
+        if candidate.sql in self.trace.result.candidates:
+            step.outcome = "same SQL as an earlier candidate"
+        else:
+            step.outcome = "PLM"
+            self.trace.tried(candidate.sql)
         return True
 
     def _named_tables(self, sketch: Sketch) -> Sketch | None:

@@ -37,6 +37,7 @@ import logging
 import time
 
 from proxy.config import ConfigError, Settings
+from proxy.nl2sql import rules
 from proxy.nl2sql.agreement import LLM_FIRST, SELECTIONS
 from proxy.nl2sql.answer import (
     NO_ANSWER,
@@ -56,7 +57,7 @@ from proxy.nl2sql.question import Question
 from proxy.nl2sql.schema import Schema, SchemaCache
 from proxy.nl2sql.search import Search
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
-from proxy.nl2sql.trace import Trace, one_line
+from proxy.nl2sql.trace import Trace, one_line, rules_note
 from proxy.runtime import load_embedder
 from proxy.valueindex.common import Embedder
 from proxy.valueindex.lookup import ValueIndex
@@ -132,6 +133,7 @@ class _Run:
         self.trace = Trace(question)
         self.result = self.trace.result
         self.budget = Budget(self.settings.budget_s)
+        self.disabled_rules = frozenset(self.settings.disabled_rules)
 
     def answer(self) -> Answer:
         start = time.perf_counter()
@@ -178,7 +180,10 @@ class _Run:
                 step.note = ", ".join(
                     f"{schema.qualified(c)} {sorted(v)}" for c, v in sorted(values.columns.items())
                 )
-        with self.trace.stage("sketch") as step:
+        with (
+            self.trace.stage("sketch") as step,
+            rules.applying(self.disabled_rules) as fired,
+        ):
             try:
                 sketches = self.pipeline.sketcher.sketch(self.question, schema, values)
             except ValueError as exc:
@@ -190,6 +195,7 @@ class _Run:
                 )
                 return
             step.outcome = f"{len(sketches)} sketches"
+            step.add(rules_note(fired))
         chosen = search.run(sketches)
         if search.completer.llm is not None and search.completer.selection == LLM_FIRST:
             chosen = search.llm_first(chosen, sketches)
@@ -229,6 +235,7 @@ class _Run:
             self.pipeline.llm,
             selection=settings.llm.selection,
             max_completions=settings.llm.max_completions,
+            disabled_rules=self.disabled_rules,
         )
         executor = Executor(
             question,

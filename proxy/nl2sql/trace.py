@@ -8,7 +8,7 @@ stages in the order they ran, whichever module ran them.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +25,17 @@ class Step:
 
     outcome: str = "interrupted"
     note: str = ""  # the trace's calibration column: corrections, moved predicates
+
+    def add(self, note: str) -> None:
+        """One more note, after those the step has ("; " between)."""
+        if note:
+            self.note = f"{self.note}; {note}" if self.note else note
+
+
+def rules_note(fired: Sequence[str]) -> str:
+    """The note that names the PLM-only rules that changed a stage's sketches (`rules`): the
+    benchmarks read it back from the trace."""
+    return "rules: " + ", ".join(fired) if fired else ""
 
 
 def one_line(text: str, limit: int = 300) -> str:

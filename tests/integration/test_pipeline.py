@@ -107,6 +107,34 @@ def first_pipeline(llm_server: ScriptedLLM) -> Iterator[Pipeline]:
 # ---------------------------------------------------------------- PLM-only
 
 
+def fired_rules(answer: Answer) -> list[str]:
+    """The rules the trace's notes name ("rules: a, b")."""
+    return [
+        name
+        for row in answer.trace
+        for part in row.calibration.split("; ")
+        if part.startswith("rules: ")
+        for name in part.removeprefix("rules: ").split(", ")
+    ]
+
+
+def test_the_trace_names_the_rules_that_fired_and_a_disabled_rule_does_not_apply(
+    conn: psycopg.Connection[Any],
+) -> None:
+    question = "List the course titles ordered by credits from high to low."
+    answer = load_pipeline(settings()).answer(question, PsycopgDatabase(conn))
+    fired = fired_rules(answer)
+    assert fired, answer.trace
+    sketch = next(row for row in answer.trace if row.stage == "sketch")
+    assert sketch.calibration.startswith("rules: ")
+    disabled = fired[0]
+    again = load_pipeline(settings(disabled_rules=(disabled,))).answer(
+        question, PsycopgDatabase(conn)
+    )
+    assert disabled not in fired_rules(again)
+    assert [r.calibration for r in again.trace] != [r.calibration for r in answer.trace]
+
+
 def test_plm_only_answers_with_a_value_the_question_names_unquoted(
     university: str, conn: psycopg.Connection[Any]
 ) -> None:
