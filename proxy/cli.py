@@ -445,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = config.load(args.config, overrides=overrides)
     except config.ConfigError as exc:
         print(f"pgnl: {exc}", file=sys.stderr)
+        if args.command == "rules":  # the list a misspelt disabled rule's error points to
+            cmd_rules(config.Settings())
         return 2
     logging.basicConfig(
         level=getattr(logging, settings.log.level.upper(), logging.INFO),

@@ -210,6 +210,7 @@ def validate(names: Iterable[str]) -> frozenset[str]:
 @dataclass
 class _Applying:
     disabled: frozenset[str]
+    outer: _Applying | None
     fired: list[str] = field(default_factory=list)
 
 
@@ -219,11 +220,15 @@ _active: contextvars.ContextVar[_Applying | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def applying(disabled: frozenset[str] = frozenset()) -> Iterator[list[str]]:
+def applying(disabled: Iterable[str] = frozenset()) -> Iterator[list[str]]:
     """Within the block, the rules named in `disabled` do not apply; yields the list of the
-    names of the rules that changed something meanwhile, in order, each once. Raises
-    ValueError for a name no rule has (`validate`)."""
-    state = _Applying(validate(disabled))
+    names of the rules that changed something meanwhile, in order, each once. A block within
+    another also leaves out the outer one's rules, and what fires in it is recorded in both
+    (a question's block around a stage's). Raises ValueError for a name no rule has
+    (`validate`)."""
+    outer = _active.get()
+    off = validate(disabled) | (outer.disabled if outer is not None else frozenset())
+    state = _Applying(off, outer)
     token = _active.set(state)
     try:
         yield state.fired
@@ -243,9 +248,12 @@ def enabled(name: str) -> bool:
 def noted(name: str, before: object, after: T) -> T:
     """`after`, rule `name`'s result on `before`: recorded as fired (within `applying`) where
     it is not None and differs from `before`."""
-    state = _active.get()
-    if state is not None and after is not None and after != before and name not in state.fired:
-        state.fired.append(name)
+    if after is not None and after != before:
+        state = _active.get()
+        while state is not None:
+            if name not in state.fired:
+                state.fired.append(name)
+            state = state.outer
     return after
 
 

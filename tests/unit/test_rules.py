@@ -1166,13 +1166,16 @@ def test_the_firing_rules_are_recorded_in_order_once() -> None:
         case.repaired()
         case.repaired()
     assert fired == ["spoken_order", "in_said_direction"]
-    # nested blocks: each records its own, and the outer one is back after the inner
-    with rules.applying() as outer:
+    # a block within another leaves out both's rules, and records in both
+    with rules.applying(["spoken_group"]) as outer:
         with rules.applying(frozenset({"spoken_order"})) as inner:
+            assert not rules.enabled("spoken_group")
             case.repaired()
         assert inner == ["in_said_direction"]
         assert rules.enabled("spoken_order")
-    assert outer == []
+        assert not rules.enabled("spoken_group")
+        case.repaired()
+    assert outer == ["in_said_direction", "spoken_order"]
 
 
 def test_unknown_rules_are_refused() -> None:
@@ -1265,16 +1268,25 @@ def test_pgnl_rules_lists_every_rule_in_order(capsys: pytest.CaptureFixture[str]
     assert lines[-1] == "* disabled by [pipeline] disabled_rules"
 
 
-def test_python_m_proxy_rules(tmp_path: Path) -> None:
-    done = subprocess.run(
+def _pgnl_rules(cwd: Path, **environ: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "proxy", "rules"],
         capture_output=True,
         text=True,
         check=False,
-        cwd=tmp_path,  # no pgnl.toml here
-        env={"PATH": "", "PYTHONPATH": str(ROOT)},
+        cwd=cwd,  # no pgnl.toml there
+        env={"PATH": "", "PYTHONPATH": str(ROOT), **environ},
         timeout=60,
     )
+
+
+def test_python_m_proxy_rules(tmp_path: Path) -> None:
+    done = _pgnl_rules(tmp_path)
     assert done.returncode == 0, done.stderr
     names = [line.split()[1] for line in done.stdout.splitlines()[1:]]
     assert names == [rule.name for rule in rules.RULES]
+    # a misspelt disabled rule: the error, and the list it points to
+    misspelt = _pgnl_rules(tmp_path, PGNL_PIPELINE_DISABLED_RULES="spoken_ordr")
+    assert misspelt.returncode == 2
+    assert "no rule is named 'spoken_ordr'" in misspelt.stderr
+    assert misspelt.stdout == done.stdout
