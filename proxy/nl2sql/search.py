@@ -1,14 +1,16 @@
 """The search: the candidates tried in order until one answers, then the choice among them
 (the select stage), within the question's time budget.
 
-The candidates, in the order they are tried (`_candidates`, then the relaxations):
-1. the ranked sketches ([pipeline] max_candidates, best first, duplicates skipped), with the
-   LLM's own query ([llm] unguided) after the sketches the LLM completes;
-2. where no candidate kept the question's "not": its sketches as anti-joins
+The strategies, in the order they run (`Search._search_all`), each on what the ones before it
+tried (an SQL text already run is not run again):
+1. `_ranked`: the ranked sketches ([pipeline] max_candidates, best first), with the LLM's own
+   query ([llm] unguided) after the sketches the LLM completes;
+2. `_anti_joins`: where no candidate kept the question's "not", its sketches as anti-joins
    (`relaxations.anti_join`);
-3. a partial answer (it ran, with values, but failed a check of `answer_checks`);
-4. the sketches that found no value for a WHERE condition, relaxed (`relaxations.relaxations`);
-5. the first that ran with no values (fall-back, with a NOTICE).
+3. `_partial_answer`: the first that ran with values but failed a check of `answer_checks`;
+4. `_relaxed`: the sketches that found no value for a WHERE condition, without it
+   (`relaxations.relaxations`), with a NOTICE;
+5. `_without_values`: the first that ran with no values (fall-back, with a NOTICE).
 The first that answers (`answer_checks.answers`) is chosen. Under [llm] selection
 `llm-first`, `llm_first` then weighs the LLM's own query against that answer.
 """
@@ -55,6 +57,8 @@ class Search(Stage):
         # it asks by, or counts groups of one row
         self.partial: Candidate | None = None
         self.fallback: Candidate | None = None  # ran, with no values
+        self._tried: set[str] = set()  # SQL already run: no strategy runs it again
+        self._unfilled: list[Candidate] = []  # ranked candidates with a WHERE value missing
 
     def run(self, sketches: Sequence[Sketch]) -> Chosen | None:
         """`_search_all`, within the question's time budget: when it runs out, the best
@@ -65,18 +69,33 @@ class Search(Stage):
             return self._out_of_time()
 
     def _search_all(self, sketches: Sequence[Sketch]) -> Chosen | None:
-        """The candidates in order, the first whose result passes the checks; else the best
-        partial answer, a relaxed one, or one that ran with no values (None, with the error
-        set, when none ran)."""
-        result = self.trace.result
-        tried: set[str] = set()
-        unfilled: list[Candidate] = []
+        """The strategies in the order they run, each on what the ones before it tried; the
+        first to choose a candidate gives the answer (None, with the error set, when none
+        does)."""
+        strategies = (
+            self._ranked,
+            self._anti_joins,
+            self._partial_answer,
+            self._relaxed,
+            self._without_values,
+        )
+        for strategy in strategies:
+            chosen = strategy(sketches)
+            if chosen is not None:
+                return chosen
+        self._no_answer()
+        return None
+
+    def _ranked(self, sketches: Sequence[Sketch]) -> Chosen | None:
+        """The candidates in order (`_candidates`): the first whose result passes the checks
+        (`answer_checks.answers`); the first with values that fails them is kept as the
+        partial answer, the first that ran with none as the fall-back."""
         for candidate in self._candidates(sketches):
-            if not self.completer.complete(candidate) or candidate.sql in tried:
+            if not self.completer.complete(candidate) or candidate.sql in self._tried:
                 if candidate.unfilled:
-                    unfilled.append(candidate)
+                    self._unfilled.append(candidate)
                 continue
-            tried.add(candidate.sql)
+            self._tried.add(candidate.sql)
             if not self.executor.check(candidate):
                 continue
             self.executor.calibrate(candidate)
@@ -86,32 +105,41 @@ class Search(Stage):
                 self.partial = self.partial or candidate
                 continue
             self.fallback = self.fallback or candidate
-        partial = self.partial
-        if partial is None or ignores_a_negation(self.question, partial.sql):
-            # Nothing answered with the question's "not": its sketches as anti-joins.
-            for sketch in sketches[: self.settings.max_candidates]:
-                negated = anti_join(sketch, self.schema, self.question)
-                if negated is None:
-                    continue
-                candidate = Candidate(sketches.index(sketch) + 1, negated)
-                if not self.completer.complete(candidate) or candidate.sql in tried:
-                    continue
-                tried.add(candidate.sql)
-                if self.executor.check(candidate) and has_values(candidate.rows):
-                    return Chosen(candidate, ANSWERED)
-        if partial is not None:
-            return Chosen(partial, ANSWERED)
-        for candidate in unfilled:
-            # No candidate answered, and these had a WHERE condition the question gave no
-            # value for ("Show all the grades of the high schoolers" under a sketch that filters
-            # them): without those conditions (then without any), the first that answers is
-            # chosen, with a NOTICE.
+        return None
+
+    def _anti_joins(self, sketches: Sequence[Sketch]) -> Chosen | None:
+        """Where no answer kept the question's "not": its sketches as anti-joins
+        (`relaxations.anti_join`), the first that returns values."""
+        if self.partial is not None and not ignores_a_negation(self.question, self.partial.sql):
+            return None
+        for sketch in sketches[: self.settings.max_candidates]:
+            negated = anti_join(sketch, self.schema, self.question)
+            if negated is None:
+                continue
+            candidate = Candidate(sketches.index(sketch) + 1, negated)
+            if not self.completer.complete(candidate) or candidate.sql in self._tried:
+                continue
+            self._tried.add(candidate.sql)
+            if self.executor.check(candidate) and has_values(candidate.rows):
+                return Chosen(candidate, ANSWERED)
+        return None
+
+    def _partial_answer(self, sketches: Sequence[Sketch]) -> Chosen | None:
+        """The first candidate with values, though it failed a check."""
+        return Chosen(self.partial, ANSWERED) if self.partial is not None else None
+
+    def _relaxed(self, sketches: Sequence[Sketch]) -> Chosen | None:
+        """No candidate answered, and some had a WHERE condition the question gave no value
+        for ("Show all the grades of the high schoolers" under a sketch that filters them):
+        without those conditions (then without any: `relaxations.relaxations`), the first that
+        answers, with a NOTICE."""
+        for candidate in self._unfilled:
             for relaxed, left_out in relaxations(
                 candidate, self.schema, self.question, self.completer.complete
             ):
-                if relaxed.sql in tried:
+                if relaxed.sql in self._tried:
                     continue
-                tried.add(relaxed.sql)
+                self._tried.add(relaxed.sql)
                 if not self.executor.check(relaxed):
                     continue
                 self.executor.calibrate(relaxed)
@@ -122,14 +150,23 @@ class Search(Stage):
                         "pgnl: the question names no value for a condition its sketch asked "
                         f"for ({left_out}); the condition is left out",
                     )
-        if self.fallback is not None:
-            return Chosen(
-                self.fallback,
-                FALLBACK,
-                "pgnl: no candidate query returned rows with values; the best one that ran "
-                "is shown (its result is empty or all NULL)",
-            )
-        last = result.candidates[-1] if result.candidates else ""
+        return None
+
+    def _without_values(self, sketches: Sequence[Sketch]) -> Chosen | None:
+        """The first candidate that ran, its result empty or all NULL, with a NOTICE."""
+        if self.fallback is None:
+            return None
+        return Chosen(
+            self.fallback,
+            FALLBACK,
+            "pgnl: no candidate query returned rows with values; the best one that ran "
+            "is shown (its result is empty or all NULL)",
+        )
+
+    def _no_answer(self) -> None:
+        """No candidate ran: the error, with the last SQL tried and what to do."""
+        result = self.trace.result
+        last = self.trace.last_tried
         slow = self.executor.costs.too_slow is not None
         result.error = AnswerError(
             NO_ANSWER,
@@ -150,7 +187,6 @@ class Search(Stage):
             ),
             detail=f"last SQL tried: {last}" if last else "",
         )
-        return None
 
     def _out_of_time(self) -> Chosen | None:
         """The best candidate found before the time budget ran out, with a NOTICE; or, with none,
@@ -168,7 +204,7 @@ class Search(Stage):
                 f"pgnl: the question ran out of its time budget ([pipeline] budget_s = "
                 f"{budget:g} s) before every candidate was tried; the best answer so far is shown",
             )
-        last = self.trace.result.candidates[-1] if self.trace.result.candidates else ""
+        last = self.trace.last_tried
         self.trace.result.error = AnswerError(
             OUT_OF_TIME,
             f"pgnl ran out of time for this question: no candidate query answered within "
