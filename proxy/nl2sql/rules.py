@@ -1,14 +1,16 @@
 """The PLM-only rules: the repairs the sketch stage makes to a sketch from the question's own
-words (`sketcher._repaired`, `sketcher._spoken`) and the rewrites completion makes before it
-writes the SQL (`complete_plm.complete`), listed in the order they apply (`pgnl rules` prints
-them).
+words (`sketcher._repaired`, `sketcher._spoken`) and the rewrites PLM-only completion makes
+before it writes the SQL (`complete_plm.complete`) and while it writes each clause (its clause
+writers), listed in the order they apply (`pgnl rules` prints them; `[pipeline]
+disabled_rules` names those not to apply).
 
     with rules.applying(frozenset({"spoken_order"})) as fired:
         sketches = sketcher.sketch(question, schema, values)
     fired  # the names of the rules that changed something, in order, each once
 
-A rule stays where it is written (most of them in `sketch.py`); its call site asks `apply` (or
-`enabled` and `noted`) by the rule's name. Outside `applying` every rule applies and nothing is
+A rule stays where it is written (most of them in `sketch.py`); its call site asks `apply`,
+`found` (or `enabled` and `noted`) by the rule's name, and a rule "fires" where its result
+differs from what it was given. Outside `applying` every rule applies and nothing is
 recorded. The state is a `ContextVar`, read in the thread the rules run in: enter `applying`
 in the thread that sketches and completes (a `ThreadPoolExecutor` does not carry it over).
 """
@@ -198,8 +200,8 @@ _NAMES = frozenset(rule.name for rule in RULES)
 
 
 def validate(names: Iterable[str]) -> frozenset[str]:
-    """`names` as a set, each the name of a rule; a ValueError names the first one that is
-    not."""
+    """`names` as a set, each the name of a rule; a ValueError names one that is not (the first
+    in alphabetical order) and says how to list them."""
     chosen = frozenset(names)
     unknown = sorted(chosen - _NAMES)
     if unknown:
