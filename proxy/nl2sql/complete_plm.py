@@ -153,13 +153,10 @@ from proxy.nl2sql.sketch import (
     SelectItem,
     Sketch,
     Slots,
-    one_number_asked,
-    plurals,
-    said_direction,
-    shown_groups,
-    tables_named_in,
-    wholly_named,
 )
+from proxy.nl2sql.sketch_rules.order import said_direction
+from proxy.nl2sql.sketch_rules.select import one_number_asked, shown_groups
+from proxy.nl2sql.sketch_rules.words import plurals, tables_named_in, wholly_named
 
 # --- literals -----------------------------------------------------------------------------------
 
@@ -1172,7 +1169,8 @@ def _spoken_range(
 
 
 def _shown_groups(sketch: Sketch) -> Sketch:
-    """The sketch with `sketch.shown_groups`' SELECT (completion shows them whatever sketched)."""
+    """The sketch with `sketch_rules.select.shown_groups`' SELECT (completion shows them
+    whatever sketched)."""
     return replace(sketch, select=shown_groups(sketch.select, sketch.slots))
 
 
@@ -1264,8 +1262,8 @@ def _people_counted(sketch: Sketch, schema: Schema, question: str) -> Sketch:
 
 
 def _one_number_asked(sketch: Sketch, schema: Schema, question: str) -> Sketch:
-    """The sketch with `sketch.one_number_asked`'s SELECT and keywords (the sketch stage asks
-    it too)."""
+    """The sketch with `sketch_rules.select.one_number_asked`'s SELECT and keywords (the sketch
+    stage asks it too)."""
     found = one_number_asked(question, schema, sketch.select, sketch.keywords, sketch.slots)
     if found is None:
         return sketch

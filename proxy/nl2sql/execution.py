@@ -29,7 +29,7 @@ from proxy.nl2sql.grounding import Grounding
 from proxy.nl2sql.llm import LLMError
 from proxy.nl2sql.prompts import Message, calibration_feedback, error_feedback
 from proxy.nl2sql.question import Question, Stage
-from proxy.nl2sql.sketch import tables_named_in
+from proxy.nl2sql.sketch_rules.words import tables_named_in
 from proxy.nl2sql.trace import one_line
 from proxy.valueindex.common import ValueIndexError
 

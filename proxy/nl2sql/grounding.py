@@ -28,7 +28,8 @@ from proxy.nl2sql.complete_plm import Literal, set_operation
 from proxy.nl2sql.database import connection_lost, sqlstate
 from proxy.nl2sql.question import Question, Stage
 from proxy.nl2sql.relaxations import without_left_tables
-from proxy.nl2sql.sketch import STAR, Predicate, Sketch, tables_named_in
+from proxy.nl2sql.sketch import STAR, Predicate, Sketch
+from proxy.nl2sql.sketch_rules.words import tables_named_in
 from proxy.nl2sql.trace import one_line
 from proxy.nl2sql.value_evidence import (
     STOP_WORDS,

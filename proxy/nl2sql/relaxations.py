@@ -19,7 +19,8 @@ from proxy.nl2sql.answer_checks import NEGATION_SAID
 from proxy.nl2sql.candidate import Candidate
 from proxy.nl2sql.joins import references_to
 from proxy.nl2sql.schema import Schema
-from proxy.nl2sql.sketch import STAR, Predicate, Sketch, Slots, tables_named_in
+from proxy.nl2sql.sketch import STAR, Predicate, Sketch, Slots
+from proxy.nl2sql.sketch_rules.words import tables_named_in
 
 
 def tables_named_by(sketch: Sketch, schema: Schema) -> frozenset[int]:

@@ -8,11 +8,12 @@ disabled_rules` names those not to apply).
         sketches = sketcher.sketch(question, schema, values)
     fired  # the names of the rules that changed something, in order, each once
 
-A rule stays where it is written (most of them in `sketch.py`); its call site asks `apply`,
-`found` (or `enabled` and `noted`) by the rule's name, and a rule "fires" where its result
-differs from what it was given. Outside `applying` every rule applies and nothing is
-recorded. The state is a `ContextVar`, read in the thread the rules run in: enter `applying`
-in the thread that sketches and completes (a `ThreadPoolExecutor` does not carry it over).
+A rule stays where it is written (the sketch stage's in `sketch_rules/`, a module by concern,
+and `value_evidence.py`; completion's in `complete_plm.py`); its call site asks `apply`, `found`
+(or `enabled` and `noted`) by the rule's name, and a rule "fires" where its result differs from
+what it was given. Outside `applying` every rule applies and nothing is recorded. The state is
+a `ContextVar`, read in the thread the rules run in: enter `applying` in the thread that
+sketches and completes (a `ThreadPoolExecutor` does not carry it over).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _complete(name: str, purpose: str) -> Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    # sketcher._repaired: where the columns are
+    # sketcher._repaired: where the columns are (value_evidence.py, then sketch_rules/columns.py)
     _sketch(
         "conditions_on_named_values",
         "a WHERE value condition moves to a column that holds a value the question names",
@@ -78,7 +79,8 @@ RULES: tuple[Rule, ...] = (
         "nearest_equals",
         "a column a key makes equal to another is read from the nearer table",
     ),
-    # sketcher._spoken: what the question says
+    # sketcher._spoken: what the question says (sketch_rules/groups.py, order.py, select.py;
+    # aggregates_of_one_table in columns.py)
     _sketch(
         "counted_by_value",
         'a grouped column the question gives a number of ("4 cylinders") becomes a WHERE',

@@ -44,40 +44,46 @@ from proxy.nl2sql.sketch import (
     SketchParts,
     SketchScores,
     Slots,
-    aggregates_of_one_table,
-    columns_of_named_tables,
-    counted_by_value,
     from_candidates,
-    grouped_by_asked,
-    grouped_by_its_aggregate,
-    grouped_without_aggregate,
-    in_said_direction,
     keyword_candidates,
     merge_windows,
-    named_tables,
+    select_candidates,
+    slots_for,
+)
+from proxy.nl2sql.sketch_rules.columns import (
+    aggregates_of_one_table,
+    columns_of_named_tables,
     nearest_equals,
     nested_on_shown_table,
     one_nested_condition,
-    one_number_asked,
-    ordered_by_a_quantity,
-    ordered_by_frequency,
     ordered_on_shown_table,
     read_by_name,
-    select_candidates,
-    shown_groups,
-    slots_for,
+)
+from proxy.nl2sql.sketch_rules.groups import (
+    counted_by_value,
+    grouped_by_asked,
+    grouped_by_its_aggregate,
+    grouped_without_aggregate,
+    spoken_group,
+)
+from proxy.nl2sql.sketch_rules.order import (
+    in_said_direction,
+    ordered_by_a_quantity,
+    ordered_by_frequency,
     spoken_age_order,
+    spoken_order,
+    spoken_recency,
+)
+from proxy.nl2sql.sketch_rules.select import (
+    one_number_asked,
+    shown_groups,
     spoken_aggregate_of,
     spoken_aggregates,
     spoken_columns,
     spoken_extreme,
-    spoken_group,
-    spoken_order,
-    spoken_recency,
     spoken_select,
-    tables_counted_in,
-    tables_named_in,
 )
+from proxy.nl2sql.sketch_rules.words import named_tables, tables_counted_in, tables_named_in
 from proxy.nl2sql.value_evidence import (
     NamedValues,
     conditions_on_a_year,
@@ -329,29 +335,27 @@ def rank(
     schema and the question), a WHERE condition on a column that holds none of the values the
     question names (`values`, from the database) moves to one that holds one
     (`value_evidence.conditions_on_named_values`); a pair's first FROM set is the one its own
-    columns call for
-    (`sketch.named_tables`), scored as the model's best; a key shown or grouped by where its
-    table's name is meant is read by that name (`read_by_name`), and one a key makes equal to
-    a column of a nearer table is read there (`nearest_equals`; the sketches as they were
-    before that move come after all the others, so that the K1 SELECT sets proposed stay as
-    many); a SELECT the question spells out
-    as a list of aggregates replaces the pair's (`sketch.spoken_aggregates`, `spoken_select`,
-    `spoken_aggregate_of`), or one it lists as columns, some the pair's (`spoken_columns`); a
-    grouped column the question gives a number of ("4 cylinders") becomes a WHERE condition
-    (`sketch.counted_by_value`), a sketch grouped by one column is grouped by the one "each
-    year" names (`spoken_group`), one grouped by its table's key that counts by the column
-    "which grades" names (`grouped_by_asked`), a column the SELECT averages (max, min) is not
-    grouped by
-    (`grouped_by_its_aggregate`), a superlative that names a quantity orders by it, not by
-    the count of a group (`ordered_by_a_quantity`); groups that aggregate nothing go
+    columns call for (`sketch_rules.words.named_tables`), scored as the model's best; a key
+    shown or grouped by where its table's name is meant is read by that name
+    (`sketch_rules.columns.read_by_name`), and one a key makes equal to a column of a nearer
+    table is read there (`nearest_equals`; the sketches as they were before that move come after
+    all the others, so that the K1 SELECT sets proposed stay as many); a SELECT the question
+    spells out as a list of aggregates replaces the pair's
+    (`sketch_rules.select.spoken_aggregates`, `spoken_select`, `spoken_aggregate_of`), or one it
+    lists as columns, some the pair's (`spoken_columns`); a grouped column the question gives a
+    number of ("4 cylinders") becomes a WHERE condition
+    (`sketch_rules.groups.counted_by_value`), a sketch grouped by one column is grouped by the
+    one "each year" names (`spoken_group`), one grouped by its table's key that counts by the
+    column "which grades" names (`grouped_by_asked`), a column the SELECT averages (max, min) is
+    not grouped by (`grouped_by_its_aggregate`), a superlative that names a quantity orders by
+    it, not by the count of a group (`ordered_by_a_quantity`); groups that aggregate nothing go
     (`grouped_without_aggregate`), a question that sorts "by frequency" groups and counts
-    (`ordered_by_frequency`), and "youngest" and "oldest" order by an age or a birth
-    date, in the direction they say (`spoken_age_order`), "most recent" and "earliest" by
-    the one date column (`spoken_recency`), unless the question says the
-    direction in so many words ("from high to low": `in_said_direction`); "how many different
-    ..." counts one column's distinct values and "... together" sums it
-    (`one_number_asked`). A sketch that would show back only the values the question names
-    comes after all the others (`shows_only_its_values`)."""
+    (`ordered_by_frequency`), and "youngest" and "oldest" order by an age or a birth date, in
+    the direction they say (`spoken_age_order`), "most recent" and "earliest" by the one date
+    column (`spoken_recency`), unless the question says the direction in so many words ("from
+    high to low": `in_said_direction`); "how many different ..." counts one column's distinct
+    values and "... together" sums it (`one_number_asked`). A sketch that would show back only
+    the values the question names comes after all the others (`shows_only_its_values`)."""
     pairs = list(itertools.product(selects, keywords))
     probable = pair_log_probabilities(selects, keywords)
     pair_scores = probable

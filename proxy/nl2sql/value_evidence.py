@@ -24,10 +24,8 @@ from dataclasses import dataclass, replace
 
 from proxy.nl2sql.complete_plm import NUMBER_WORDS, question_literals
 from proxy.nl2sql.schema import Schema, words_of
-from proxy.nl2sql.sketch import (
-    Predicate,
-    SelectItem,
-    Slots,
+from proxy.nl2sql.sketch import Predicate, SelectItem, Slots
+from proxy.nl2sql.sketch_rules.words import (
     columns_used,
     plurals,
     tables_named_in,

@@ -18,7 +18,7 @@ from proxy.nl2sql import complete_plm, rules, sketcher
 from proxy.nl2sql.complete_plm import CompletionError, complete, question_literals
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, SketchParts, Slots
-from proxy.nl2sql.sketch import tables_named_in as named_in
+from proxy.nl2sql.sketch_rules.words import tables_named_in as named_in
 from proxy.nl2sql.value_evidence import ColumnValues, NamedValues
 
 ROOT = Path(__file__).resolve().parents[2]
