@@ -145,9 +145,27 @@ def _text_param(value: object, encoding: str) -> bytes | None:
         return str(value).encode()
     if isinstance(value, bytes | bytearray | memoryview):
         return b"\\x" + bytes(value).hex().encode()
-    if isinstance(value, dict | list):
+    if isinstance(value, list | tuple):
+        return _array_literal(value, encoding)
+    if isinstance(value, dict):
         return json.dumps(value).encode(encoding, "replace")
     return str(value).replace("\0", "").encode(encoding, "replace")
+
+
+def _array_literal(values: Sequence[object], encoding: str) -> bytes:
+    """A list as PostgreSQL's array input reads it (`{"a","b",NULL}`), as psycopg sends one:
+    each element quoted, with its quotes and backslashes escaped; a list in it a sub-array."""
+    parts = []
+    for value in values:
+        if isinstance(value, list | tuple):
+            parts.append(_array_literal(value, encoding))
+            continue
+        text = _text_param(value, encoding)
+        if text is None:
+            parts.append(b"NULL")
+        else:
+            parts.append(b'"' + text.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"')
+    return b"{" + b",".join(parts) + b"}"
 
 
 def bind_params(params: Sequence[object], encoding: str) -> tuple[bytes | None, ...]:

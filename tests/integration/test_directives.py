@@ -206,6 +206,16 @@ def test_psycopg(dsn: str, binary: bool, prepare: bool) -> None:
         assert conn.execute("SELECT count(*) FROM courses").fetchone() == (3,)
 
 
+def test_the_value_lookup_runs_through_the_session(dsn: str) -> None:
+    """The look-up of the values a question names (an array parameter, sent by the session's
+    own Bind) finds them through the proxy as it does on a direct connection."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        trace = conn.execute("-- nl explain: how many students live in chicago?").fetchall()
+    (lookup,) = [row for row in trace if row[0] == "lookup"]
+    assert lookup[4] == "1 columns hold a value the question names"
+    assert lookup[3] == "students.city ['chicago']"
+
+
 def test_parameters_are_refused(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         with pytest.raises(psycopg.Error) as caught:

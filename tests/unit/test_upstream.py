@@ -56,6 +56,11 @@ def test_decode_value(oid: int, raw: bytes | None, value: object) -> None:
         assert decoded == value and type(decoded) is type(value)
 
 
+def test_a_list_is_bound_as_an_array_literal() -> None:
+    (param,) = bind_params([["a", 'say "hi"', "back\\slash", None, 3, ["x"]]], "utf-8")
+    assert param == b'{"a","say \\"hi\\"","back\\\\slash",NULL,"3",{"x"}}'
+
+
 def test_bind_params_are_text() -> None:
     params = bind_params(
         ["é", 3, 2.5, math.nan, -math.inf, True, None, decimal.Decimal("1.10"), b"\x00\xff"],
