@@ -577,7 +577,7 @@ def trace_rows(rows: Sequence[Sequence[Any]]) -> list[TraceRow]:
     return out
 
 
-_RULES_NOTE = re.compile(r"\brules: ([\w.]+(?:, [\w.]+)*)")
+_RULES_NOTE = re.compile(r"\brules: (\w+(?:, \w+)*)")
 
 
 def rules_fired(trace: Sequence[TraceRow]) -> list[str]:

@@ -26,9 +26,9 @@ sketch does not say:
   that table's distinct key (`_counted_table`).
 - avg and sum over a text column take the values that read as numbers, cast (the rest NULL).
 - `count(*)` in a question that asks "how many people" of a table with a population column is
-  the sum of that population (`_people_counted`). A SELECT of one bare column in a question
-  that asks "how many different ..." counts its distinct values; one of a number column in a
-  question that says "together", "combined" or "in total" sums it (`_one_number_asked`).
+  the sum of that population (`_people_counted`). (The sketch stage has already counted the
+  distinct values of "how many different ..." and summed "... together":
+  `sketch_rules.select.one_number_asked`.)
 - SQLite's bare column beside one max or min (`SELECT name, max(age) FROM t`: the name of the
   oldest), in a sketch with no GROUP BY, HAVING, ORDER BY or LIMIT, becomes what PostgreSQL can
   say: grouped by the plain columns, ORDER BY that max DESC (min: ASC) LIMIT 1.
@@ -100,9 +100,9 @@ sketch does not say:
   "nested" and no nested WHERE predicate,
   the first HAVING item is compared with its aggregate over the whole table.
 - ORDER BY: `slots.order_by` in order, DESC when the keywords say "desc", unless the question
-  says the direction in so many words ("descending", "from high to low", "alphabetical") or a
-  LIMIT query's superlatives agree on the other end ("the youngest": ASC on an age, DESC on a
-  date).
+  says the direction in so many words ("descending", "from high to low", "alphabetical":
+  `sketch_rules.order.said_direction`). (The sketch stage has already ordered "the youngest"
+  and "the oldest" by age or birth date, in their direction: `spoken_age_order`.)
 - LIMIT: with "limit" in the keywords or a `slots.limit`, the N of "top 3", "first five",
   "3 most", "the 3 youngest" (`limit_in_question`), else `slots.limit`, else 1. That N is not
   used as a value.
@@ -155,7 +155,6 @@ from proxy.nl2sql.sketch import (
     Slots,
 )
 from proxy.nl2sql.sketch_rules.order import said_direction
-from proxy.nl2sql.sketch_rules.select import one_number_asked, shown_groups
 from proxy.nl2sql.sketch_rules.words import plurals, tables_named_in, wholly_named
 
 # --- literals -----------------------------------------------------------------------------------
@@ -1038,54 +1037,12 @@ def _number(literal: Literal) -> int | float:
     return value
 
 
-# Superlatives that say which end of an ordering a "top N" question wants. On a date or year
-# "oldest" is the earliest (ASC) and "youngest" the latest; "first" and "last" are left out
-# ("first name"), as is "most" next to "least" (the cues must agree).
-_DESCENDING = frozenset(
-    {"most", "highest", "largest", "greatest", "maximum", "max", "biggest", "longest", "tallest"}
-    | {"latest", "newest", "heaviest", "busiest", "top"}
-)
-_ASCENDING = frozenset(
-    {"least", "lowest", "smallest", "fewest", "minimum", "min", "shortest", "cheapest"}
-    | {"earliest", "lightest"}
-)
-_DATE_LIKE = re.compile(r"date|year|time|day|founded|built|opened|birth", re.IGNORECASE)
-
-
-def _spoken_direction(query: _Query, item: SelectItem) -> str | None:
-    """ " DESC" or "" when the question's superlatives say how a LIMIT query orders `item`
-    ("the oldest dog": age DESC; "the oldest building": built_year ASC); None without a cue or
-    with cues that disagree."""
-    if query.limit is None or not query.question:
-        return None
-    column = query.schema.columns[item.column] if item.column != STAR else None
-    dated = (
-        column is not None
-        and not item.aggregate
-        and bool(_DATE_LIKE.search(f"{column.name} {column.type}"))
-    )
-    found: set[str] = set()
-    for word in re.findall(r"[a-z]+", query.question.lower()):
-        if word in _DESCENDING:
-            found.add(" DESC")
-        elif word in _ASCENDING:
-            found.add("")
-        elif word == "oldest":
-            found.add("" if dated else " DESC")
-        elif word == "youngest":
-            found.add(" DESC" if dated else "")
-    return found.pop() if len(found) == 1 else None
-
-
 def _order_clause(query: _Query) -> str:
     if not query.slots.order_by:
         return ""
     default = " DESC" if "desc" in query.sketch.keywords else ""
     way = said_direction(query.question)
     said = None if way is None else (" DESC" if way == "desc" else "")
-    if said is None and rules.enabled("spoken_direction"):
-        spoken = _spoken_direction(query, query.slots.order_by[0])
-        said = rules.noted("spoken_direction", default, spoken)
     direction = default if said is None else said
     return "ORDER BY " + ", ".join(query.writer.item(i) + direction for i in query.slots.order_by)
 
@@ -1166,12 +1123,6 @@ def _spoken_range(
         if i not in others
     )
     return replace(sketch, slots=replace(sketch.slots, where=ranged_where))
-
-
-def _shown_groups(sketch: Sketch) -> Sketch:
-    """The sketch with `sketch_rules.select.shown_groups`' SELECT (completion shows them
-    whatever sketched)."""
-    return replace(sketch, select=shown_groups(sketch.select, sketch.slots))
 
 
 _COUNTED = re.compile(
@@ -1261,15 +1212,6 @@ def _people_counted(sketch: Sketch, schema: Schema, question: str) -> Sketch:
     return replace(sketch, select=(sketch.select - {counted}) | {SelectItem("sum", populations[0])})
 
 
-def _one_number_asked(sketch: Sketch, schema: Schema, question: str) -> Sketch:
-    """The sketch with `sketch_rules.select.one_number_asked`'s SELECT and keywords (the sketch
-    stage asks it too)."""
-    found = one_number_asked(question, schema, sketch.select, sketch.keywords, sketch.slots)
-    if found is None:
-        return sketch
-    return replace(sketch, select=found[0], keywords=found[1])
-
-
 def complete(
     sketch: Sketch, schema: Schema, literals: Sequence[Literal] = (), *, question: str = ""
 ) -> str:
@@ -1288,10 +1230,8 @@ def complete(
     for name, rewrite in (
         ("counted_table", _counted_table),
         ("people_counted", _people_counted),
-        ("complete.one_number_asked", _one_number_asked),
     ):
         sketch = rules.apply(name, sketch, rewrite, sketch, schema, question)
-    sketch = rules.apply("complete.shown_groups", sketch, _shown_groups, sketch)
     slots = sketch.slots
     select = sorted(
         sketch.select, key=lambda i: (i.aggregate != "", i.column, AGGREGATES.index(i.aggregate))

@@ -59,10 +59,6 @@ RULES: tuple[Rule, ...] = (
         "a WHERE condition on a text column holding no named value moves to the year column",
     ),
     _sketch(
-        "one_nested_condition",
-        "a subquery condition said twice on columns a key makes equal is kept once",
-    ),
-    _sketch(
         "nested_on_shown_table",
         "an IN/NOT IN subquery condition on an unread table moves to the shown table",
     ),
@@ -141,10 +137,6 @@ RULES: tuple[Rule, ...] = (
         '"how many different" counts distinct values of a column, "together" sums it',
     ),
     _sketch("shown_groups", "a grouped SELECT of aggregates only shows what it groups by too"),
-    _sketch(
-        "in_said_direction",
-        'ORDER BY goes the direction the question says in words ("from high to low")',
-    ),
     # complete_plm.complete: before the clauses are written
     _complete(
         "extreme_row",
@@ -162,8 +154,6 @@ RULES: tuple[Rule, ...] = (
         "people_counted",
         '"how many people" of a table with a population sums the population',
     ),
-    _complete("complete.one_number_asked", "one_number_asked again, on the sketch completed"),
-    _complete("complete.shown_groups", "shown_groups again, on the sketch completed"),
     # complete_plm's clause writers, in the order of the clauses
     _complete(
         "cued_operator",
@@ -189,14 +179,9 @@ RULES: tuple[Rule, ...] = (
         "by_entity_key",
         "GROUP BY a naming column over a join also groups by its table's key",
     ),
-    _complete(
-        "spoken_direction",
-        'a LIMIT query orders the way its superlative says ("oldest": age DESC)',
-    ),
 )
 """Every rule, in the order it applies: the sketch stage's, then completion's. A name is the
-rule's function's, without its underscore; the two completion repeats of a sketch rule are
-named `complete.` and the sketch rule's name."""
+rule's function's, without its underscore."""
 
 _NAMES = frozenset(rule.name for rule in RULES)
 

@@ -55,7 +55,6 @@ from proxy.nl2sql.sketch_rules.columns import (
     columns_of_named_tables,
     nearest_equals,
     nested_on_shown_table,
-    one_nested_condition,
     ordered_on_shown_table,
     read_by_name,
 )
@@ -67,7 +66,6 @@ from proxy.nl2sql.sketch_rules.groups import (
     spoken_group,
 )
 from proxy.nl2sql.sketch_rules.order import (
-    in_said_direction,
     ordered_by_a_quantity,
     ordered_by_frequency,
     spoken_age_order,
@@ -352,8 +350,7 @@ def rank(
     (`grouped_without_aggregate`), a question that sorts "by frequency" groups and counts
     (`ordered_by_frequency`), and "youngest" and "oldest" order by an age or a birth date, in
     the direction they say (`spoken_age_order`), "most recent" and "earliest" by the one date
-    column (`spoken_recency`), unless the question says the direction in so many words ("from
-    high to low": `in_said_direction`); "how many different ..." counts one column's distinct
+    column (`spoken_recency`); "how many different ..." counts one column's distinct
     values and "... together" sums it (`one_number_asked`). A sketch that would show back only
     the values the question names comes after all the others (`shows_only_its_values`)."""
     pairs = list(itertools.product(selects, keywords))
@@ -446,7 +443,6 @@ def _repaired(
             said=said,
         )
     for name, placed in (
-        ("one_nested_condition", one_nested_condition),
         ("nested_on_shown_table", nested_on_shown_table),
         ("ordered_on_shown_table", ordered_on_shown_table),
     ):
@@ -537,7 +533,6 @@ def _spoken(
         *(question, schema, select, chosen, pair_slots),
     )
     select = rules.apply("shown_groups", select, shown_groups, select, pair_slots)
-    chosen = rules.apply("in_said_direction", chosen, in_said_direction, question, chosen)
     return select, chosen, pair_slots
 
 

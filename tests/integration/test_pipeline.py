@@ -121,7 +121,7 @@ def fired_rules(answer: Answer) -> list[str]:
 def test_the_trace_names_the_rules_that_fired_and_a_disabled_rule_does_not_apply(
     conn: psycopg.Connection[Any],
 ) -> None:
-    question = "List the course titles ordered by credits from high to low."
+    question = "What are the titles and credits of all courses?"
     answer = load_pipeline(settings()).answer(question, PsycopgDatabase(conn))
     fired = fired_rules(answer)
     assert fired, answer.trace

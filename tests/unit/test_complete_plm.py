@@ -326,26 +326,6 @@ CASES = (
         limit=1,
     ),
     Case(
-        "What is the name of the youngest singer?",
-        ("singer.name",),
-        ("singer",),
-        # the sketch said DESC; "youngest" on an age is the smallest
-        'SELECT name FROM singer ORDER BY "Age" LIMIT 1',
-        keywords=("order by", "desc", "limit"),
-        order_by=("singer.Age",),
-        limit=1,
-    ),
-    Case(
-        "Which is the oldest concert?",
-        ("concert.concert_name",),
-        ("concert",),
-        # on a year "oldest" is the earliest
-        "SELECT concert_name FROM concert ORDER BY year LIMIT 1",
-        keywords=("order by", "desc", "limit"),
-        order_by=("concert.year",),
-        limit=1,
-    ),
-    Case(
         "Which of the largest stadiums had the fewest concerts?",
         ("stadium.name",),
         ("stadium",),
@@ -753,14 +733,6 @@ CASES = (
         " JOIN singer_in_concert AS t2 ON t1.singer_id = t2.singer_id",
     ),
     Case(
-        "How many singers are from each country? (the count shows what it counts)",
-        ("count(*)",),
-        ("singer",),
-        "SELECT country, count(*) FROM singer GROUP BY country",
-        keywords=("group by",),
-        group_by=("singer.country",),
-    ),
-    Case(
         "What is the average number of copies of a record? (numbers kept as text)",
         ("avg(record.copies)",),
         ("record",),
@@ -1045,23 +1017,5 @@ def test_people_counted_as_a_population(question: str, expected: str) -> None:
         tables=frozenset({0}),
         keywords=frozenset({"where"}),
         slots=Slots(where=(Predicate(1, "="),)),
-    )
-    assert complete(sketch, CITIES, question_literals(question), question=question) == expected
-
-
-@pytest.mark.parametrize(
-    ("question", "column", "expected"),
-    [
-        ("How many different districts are there?", 1, "SELECT count(DISTINCT district) FROM city"),
-        ("How many people live in the cities together?", 2, "SELECT sum(population) FROM city"),
-        # a list of the values is a list
-        ("List the different districts.", 1, "SELECT district FROM city"),
-        # a key is never summed
-        ("Show the city ids together.", 0, "SELECT id FROM city"),
-    ],
-)
-def test_one_number_asked(question: str, column: int, expected: str) -> None:
-    sketch = Sketch(
-        select=frozenset({SelectItem("", column)}), tables=frozenset({0}), keywords=frozenset()
     )
     assert complete(sketch, CITIES, question_literals(question), question=question) == expected

@@ -296,8 +296,8 @@ def test_llm_usage_sums_the_trace_notes() -> None:
 
 def test_rules_fired_reads_the_trace_notes() -> None:
     trace = [
-        TraceRow("sketch", None, None, "rules: spoken_order, in_said_direction", "8 sketches", 1),
-        TraceRow("complete", 1, -0.5, "rules: extreme_row, complete.shown_groups", "PLM", 1),
+        TraceRow("sketch", None, None, "rules: spoken_order, shown_groups", "8 sketches", 1),
+        TraceRow("complete", 1, -0.5, "rules: extreme_row, counted_table", "PLM", 1),
         TraceRow(
             "complete",
             2,
@@ -310,9 +310,9 @@ def test_rules_fired_reads_the_trace_notes() -> None:
     ]
     assert rules_fired(trace) == [
         "spoken_order",
-        "in_said_direction",
+        "shown_groups",
         "extreme_row",
-        "complete.shown_groups",
+        "counted_table",
         "spoken_range",
     ]
     assert rules_fired(trace[3:]) == []

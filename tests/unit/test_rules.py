@@ -364,24 +364,6 @@ SKETCH_CASES = (
         _where((4, "=")),
         CAR_VALUES,
     ),
-    SketchCase(  # read from neither table: the first stays
-        "one_nested_condition",
-        True,
-        PETS,
-        "How many students do not own a cat?",
-        frozenset({COUNT}),
-        _kw("where", "nested"),
-        Slots(where=(_INNER, _OUTER)),
-    ),
-    SketchCase(
-        "one_nested_condition",
-        False,
-        PETS,
-        "What are the major and age of students who do not own a cat?",
-        _items(":1", ":2"),
-        _kw("where", "nested"),
-        Slots(where=(_OUTER,)),
-    ),
     SketchCase(
         "nested_on_shown_table",
         True,
@@ -762,24 +744,6 @@ SKETCH_CASES = (
         _kw("group by"),
         Slots(group_by=frozenset({3})),
     ),
-    SketchCase(
-        "in_said_direction",
-        True,
-        AREAS,
-        "List the names of countries from high to low population.",
-        _items(":0"),
-        _kw("order by", "asc"),
-        Slots(order_by=_order(":1")),
-    ),
-    SketchCase(
-        "in_said_direction",
-        False,
-        AREAS,
-        "List the names of countries by population.",
-        _items(":0"),
-        _kw("order by", "asc"),
-        Slots(order_by=_order(":1")),
-    ),
 )
 
 
@@ -800,7 +764,6 @@ def _returns(*positions: int) -> Callable[..., object]:
 SKETCH_WITHOUT: dict[str, Callable[..., object]] = {
     "conditions_on_named_values": _returns(3),
     "conditions_on_a_year": _returns(3),
-    "one_nested_condition": _returns(2),
     "nested_on_shown_table": _returns(2),
     "ordered_on_shown_table": _returns(2),
     "columns_of_named_tables": _returns(2, 3),
@@ -824,7 +787,6 @@ SKETCH_WITHOUT: dict[str, Callable[..., object]] = {
     "spoken_recency": _returns_none,
     "one_number_asked": _returns_none,
     "shown_groups": _returns(0),
-    "in_said_direction": _returns(1),
 }
 """Each sketch rule replaced by a function that changes nothing: what the sketch stage does
 without it."""
@@ -952,39 +914,6 @@ COMPLETE_CASES = (
         _sketch(frozenset({COUNT}), [0], _kw("where"), _DISTRICT),
     ),
     CompleteCase(
-        "complete.one_number_asked",
-        True,
-        CITIES,
-        "How many different districts are there?",
-        _sketch(_items(":1"), [0]),
-    ),
-    CompleteCase(
-        "complete.one_number_asked",
-        False,
-        CITIES,
-        "List the different districts.",
-        _sketch(_items(":1"), [0]),
-    ),
-    CompleteCase(
-        "complete.shown_groups",
-        True,
-        SINGERS,
-        "How many singers are from each country?",
-        _sketch(frozenset({COUNT}), [0], _kw("group by"), Slots(group_by=frozenset({2}))),
-    ),
-    CompleteCase(
-        "complete.shown_groups",
-        False,
-        SINGERS,
-        "How many singers are from each country?",
-        _sketch(
-            frozenset({COUNT, SelectItem("", 2)}),
-            [0],
-            _kw("group by"),
-            Slots(group_by=frozenset({2})),
-        ),
-    ),
-    CompleteCase(
         "cued_operator",
         True,
         SINGERS,
@@ -1075,20 +1004,6 @@ COMPLETE_CASES = (
         "Which stadiums hosted at least 2 concerts?",
         _sketch(_items(":1"), [0, 1], _GROUPED, Slots(group_by=frozenset({0}), having=(COUNT,))),
     ),
-    CompleteCase(
-        "spoken_direction",
-        True,
-        SINGERS,
-        "What is the name of the oldest singer?",
-        _sketch(_items(":1"), [0], _kw("order by", "limit"), Slots(order_by=_order(":3"))),
-    ),
-    CompleteCase(
-        "spoken_direction",
-        False,
-        SINGERS,
-        "What is the name of the youngest singer?",
-        _sketch(_items(":1"), [0], _kw("order by", "limit"), Slots(order_by=_order(":3"))),
-    ),
 )
 
 
@@ -1101,15 +1016,12 @@ COMPLETE_WITHOUT: dict[str, tuple[str, Callable[..., object]]] = {
     "spoken_range": ("_spoken_range", _unchanged_sketch),
     "counted_table": ("_counted_table", _unchanged_sketch),
     "people_counted": ("_people_counted", _unchanged_sketch),
-    "complete.one_number_asked": ("_one_number_asked", _unchanged_sketch),
-    "complete.shown_groups": ("_shown_groups", _unchanged_sketch),
     "cued_operator": ("_cued_operator", _returns(1)),
     "compared_column": ("_compared_column", _returns_none),
     "compared_with_average": ("_compared_with_average", _returns_none),
     "or_partner": ("_or_partner", _returns_none),
     "by_shown_reference": ("_by_shown_reference", _returns(1)),
     "by_entity_key": ("_by_entity_key", _returns(1)),
-    "spoken_direction": ("_spoken_direction", _returns_none),
 }
 """Each completion rule's function in `complete_plm`, and one that changes nothing in its
 place."""
@@ -1152,7 +1064,7 @@ def test_rules_are_named_once_in_stage_order() -> None:
 
 
 def test_the_firing_rules_are_recorded_in_order_once() -> None:
-    # spoken_order, then in_said_direction; two pairs of the same question record each once
+    # two pairs of the same question: spoken_order is recorded once
     case = SketchCase(
         "spoken_order",
         True,
@@ -1165,17 +1077,20 @@ def test_the_firing_rules_are_recorded_in_order_once() -> None:
     with rules.applying() as fired:
         case.repaired()
         case.repaired()
-    assert fired == ["spoken_order", "in_said_direction"]
+        rules.apply("shown_groups", 1, lambda: 2)
+        rules.apply("spoken_order", 1, lambda: 2)
+    assert fired == ["spoken_order", "shown_groups"]
     # a block within another leaves out both's rules, and records in both
     with rules.applying(["spoken_group"]) as outer:
         with rules.applying(frozenset({"spoken_order"})) as inner:
             assert not rules.enabled("spoken_group")
             case.repaired()
-        assert inner == ["in_said_direction"]
+            rules.apply("shown_groups", 1, lambda: 2)
+        assert inner == ["shown_groups"]
         assert rules.enabled("spoken_order")
         assert not rules.enabled("spoken_group")
         case.repaired()
-    assert outer == ["in_said_direction", "spoken_order"]
+    assert outer == ["shown_groups", "spoken_order"]
 
 
 def test_unknown_rules_are_refused() -> None:
@@ -1219,9 +1134,9 @@ def test_disabled_rules_setting(tmp_path: Path) -> None:
     path.write_text('[pipeline]\ndisabled_rules = ["spoken_order", "extreme_row"]\n')
     loaded = config.load(path, environ={})
     assert loaded.pipeline.disabled_rules == ("spoken_order", "extreme_row")
-    environ = {"PGNL_PIPELINE_DISABLED_RULES": " spoken_order, complete.shown_groups ,"}
+    environ = {"PGNL_PIPELINE_DISABLED_RULES": " spoken_order, shown_groups ,"}
     from_env = config.load(path, environ=environ)
-    assert from_env.pipeline.disabled_rules == ("spoken_order", "complete.shown_groups")
+    assert from_env.pipeline.disabled_rules == ("spoken_order", "shown_groups")
     assert config.load(None, environ={"PGNL_PIPELINE_DISABLED_RULES": ""}).pipeline == (
         config.PipelineSettings()
     )

@@ -17,7 +17,6 @@ from proxy.nl2sql.sketch_rules.columns import (
     equal_columns,
     nearest_equals,
     nested_on_shown_table,
-    one_nested_condition,
     ordered_on_shown_table,
     read_by_name,
     readable_names,
@@ -178,26 +177,6 @@ PETS = Schema(
     ),
     (ForeignKey(column=3, referenced=0), ForeignKey(column=4, referenced=5)),
 )
-
-
-def test_one_nested_condition_keeps_the_one_on_the_table_the_sketch_reads() -> None:
-    # "the major and age of every student who does not own a cat": student.stuid NOT IN (...),
-    # and has_pet.stuid NOT IN (...) beside it is the subquery's own column, the same condition
-    shown = frozenset({SelectItem("", 1), SelectItem("", 2)})
-    outer, inner = Predicate(0, "not in", nested=True), Predicate(3, "not in", nested=True)
-    assert one_nested_condition(PETS, shown, Slots(where=(inner, outer))) == Slots(where=(outer,))
-    assert one_nested_condition(PETS, shown, Slots(where=(outer, inner))) == Slots(where=(outer,))
-    # read from neither table: the first stays
-    counted = frozenset({SelectItem("count", STAR)})
-    assert one_nested_condition(PETS, counted, Slots(where=(inner, outer))) == Slots(where=(inner,))
-    # other operators, conditions that are not nested, unrelated columns: as they are
-    for where in (
-        (outer, Predicate(3, "in", nested=True)),
-        (outer, Predicate(3, "not in")),
-        (outer, Predicate(4, "not in", nested=True)),
-        (Predicate(2, ">"), inner),
-    ):
-        assert one_nested_condition(PETS, shown, Slots(where=where)) == Slots(where=where)
 
 
 def test_a_subquery_condition_moves_to_the_table_the_select_shows() -> None:

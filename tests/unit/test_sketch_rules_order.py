@@ -11,7 +11,6 @@ import pytest
 from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
 from proxy.nl2sql.sketch import STAR, SelectItem, Slots
 from proxy.nl2sql.sketch_rules.order import (
-    in_said_direction,
     ordered_by_a_quantity,
     ordered_by_frequency,
     said_direction,
@@ -238,11 +237,6 @@ def test_spoken_age_order_leaves_counts_alone() -> None:
 )
 def test_said_direction(question: str, said: str | None) -> None:
     assert said_direction(question) == said
-    ordered = frozenset({"order by", "asc"})
-    expected = ordered if said is None else frozenset({"order by", said})
-    assert in_said_direction(question, ordered) == expected
-    # nothing to direct where the sketch does not order
-    assert in_said_direction(question, frozenset({"where"})) == frozenset({"where"})
 
 
 def test_ordered_by_frequency_groups_and_counts() -> None:

@@ -137,32 +137,6 @@ def aggregates_of_one_table(schema: Schema, select: frozenset[SelectItem]) -> fr
     )
 
 
-def one_nested_condition(schema: Schema, select: frozenset[SelectItem], slots: Slots) -> Slots:
-    """`slots` with a nested condition said twice kept once: two with the same operator on
-    columns a key makes equal (`equal_columns`: student.stuid NOT IN (...) beside
-    has_pet.stuid NOT IN (...), the second the subquery's own column) are one condition. The
-    one on a table the rest of the sketch reads stays, else the first. Spider's gold queries
-    never hold such a pair."""
-    equals = equal_columns(schema)
-    nested = [p for p in slots.where if p.nested]
-    used = columns_used(select, slots)
-    dropped: set[Predicate] = set()
-    for n, first in enumerate(nested):
-        for second in nested[n + 1 :]:
-            if first in dropped or second in dropped or first.operator != second.operator:
-                continue
-            if second.column not in equals.get(first.column, frozenset()):
-                continue
-            rest = used - {first.column, second.column}
-            read = {schema.columns[c].table for c in rest}
-            second_read = schema.columns[second.column].table in read
-            first_read = schema.columns[first.column].table in read
-            dropped.add(first if second_read and not first_read else second)
-    if not dropped:
-        return slots
-    return replace(slots, where=tuple(p for p in slots.where if p not in dropped))
-
-
 def nested_on_shown_table(schema: Schema, select: frozenset[SelectItem], slots: Slots) -> Slots:
     """`slots` with an IN or NOT IN subquery condition on a table nothing else in the sketch
     reads moved to the one table its SELECT shows: to the column of that table a key makes

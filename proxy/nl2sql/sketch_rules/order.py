@@ -124,22 +124,11 @@ _SAID_ASCENDING = re.compile(
 def said_direction(question: str) -> str | None:
     """ "desc" or "asc" where the question says which way to sort in so many words
     ("descending", "from high to low", "in alphabetical order"); None where it says neither
-    or both. The sketch's keywords follow it (`in_said_direction`), and so does completion's
-    ORDER BY. Spider's gold queries that order where the question says a direction almost all
-    order as it says."""
+    or both. PLM-only completion's ORDER BY follows it."""
     down, up = _SAID_DESCENDING.search(question), _SAID_ASCENDING.search(question)
     if bool(down) == bool(up):
         return None
     return "desc" if down else "asc"
-
-
-def in_said_direction(question: str, keywords: frozenset[str]) -> frozenset[str]:
-    """`keywords` with the ORDER BY direction the question says in so many words
-    (`said_direction`), where they order; else as they are."""
-    said = said_direction(question)
-    if said is None or "order by" not in keywords:
-        return keywords
-    return (keywords - {"asc", "desc"}) | {said}
 
 
 _BY_FREQUENCY = re.compile(
