@@ -1,4 +1,5 @@
-"""Small schemas the sketch decoding and wording-rule tests share, and `items_of`."""
+"""Small schemas the sketch decoding, wording-rule and value-evidence tests share, and
+`items_of`."""
 
 from __future__ import annotations
 
@@ -76,4 +77,24 @@ CITIES = Schema(
         Column(1, "gnp", "real"),
     ),
     (ForeignKey(column=0, referenced=2),),
+)
+
+# country(code, name, continent, population), city(name, district, countrycode, population),
+# countrylanguage(countrycode, language)
+WORLD = Schema(
+    "world",
+    (Table("country"), Table("city"), Table("countrylanguage")),
+    (
+        Column(0, "code", primary_key=True),  # 0
+        Column(0, "name"),  # 1
+        Column(0, "continent"),  # 2
+        Column(0, "population", type="integer"),  # 3
+        Column(1, "name"),  # 4
+        Column(1, "district"),  # 5
+        Column(1, "countrycode"),  # 6
+        Column(1, "population", type="integer"),  # 7
+        Column(2, "countrycode"),  # 8
+        Column(2, "language"),  # 9
+    ),
+    (ForeignKey(6, 0), ForeignKey(8, 0)),
 )

@@ -20,6 +20,7 @@ from proxy.nl2sql.schema import Column, ForeignKey, Schema, Table
 from proxy.nl2sql.sketch import STAR, Predicate, SelectItem, Sketch, SketchParts, Slots
 from proxy.nl2sql.sketch_rules.words import tables_named_in as named_in
 from proxy.nl2sql.value_evidence import ColumnValues, NamedValues
+from tests.unit.sketch_schemas import WORLD
 
 ROOT = Path(__file__).resolve().parents[2]
 CALL_SITES = ("sketcher.py", "complete_plm.py")
@@ -42,23 +43,6 @@ NO_SLOTS = Slots()
 
 # --- small schemas -----------------------------------------------------------------------------
 
-WORLD = Schema(  # country, city, countrylanguage; with the values below
-    "world",
-    (Table("country"), Table("city"), Table("countrylanguage")),
-    (
-        Column(0, "code", primary_key=True),  # 0
-        Column(0, "name"),  # 1
-        Column(0, "continent"),  # 2
-        Column(0, "population", type="integer"),  # 3
-        Column(1, "name"),  # 4
-        Column(1, "district"),  # 5
-        Column(1, "countrycode"),  # 6
-        Column(1, "population", type="integer"),  # 7
-        Column(2, "countrycode"),  # 8
-        Column(2, "language"),  # 9
-    ),
-    (ForeignKey(6, 0), ForeignKey(8, 0)),
-)
 WORLD_VALUES = ColumnValues.of(
     {1: ["Brazil", "Aruba"], 2: ["Asia", "Europe"], 4: ["Kabul"], 5: ["Kabol"], 9: ["English"]}
 )

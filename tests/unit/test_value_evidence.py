@@ -18,26 +18,8 @@ from proxy.nl2sql.value_evidence import (
     named_by_schema_words,
     words,
 )
+from tests.unit.sketch_schemas import WORLD as SCHEMA
 
-# country(code, name, continent, population), city(name, district, countrycode, population),
-# countrylanguage(countrycode, language)
-SCHEMA = Schema(
-    name="world",
-    tables=(Table("country"), Table("city"), Table("countrylanguage")),
-    columns=(
-        Column(0, "code", primary_key=True),  # 0
-        Column(0, "name"),  # 1
-        Column(0, "continent"),  # 2
-        Column(0, "population", type="integer"),  # 3
-        Column(1, "name"),  # 4
-        Column(1, "district"),  # 5
-        Column(1, "countrycode"),  # 6
-        Column(1, "population", type="integer"),  # 7
-        Column(2, "countrycode"),  # 8
-        Column(2, "language"),  # 9
-    ),
-    foreign_keys=(ForeignKey(6, 0), ForeignKey(8, 0)),
-)
 VALUES = ColumnValues.of(
     {
         1: ["Brazil", "Aruba", "Central African Republic"],
