@@ -70,6 +70,15 @@ class ProxySettings:
         ),
     )
     tls_key_file: str = field(default="", metadata=_doc("PEM private key of tls_cert_file."))
+    native_relay: bool = field(
+        default=True,
+        metadata=_doc(
+            "Relay connections in plain pass-through natively: a thread of pgnl's own, in C, "
+            "outside Python, takes a connection between directives and gives it back for each "
+            "one. false: every message goes through Python's event loop. TLS connections, and "
+            "installs built without a C compiler, always take the Python path."
+        ),
+    )
 
 
 @dataclass

@@ -235,7 +235,10 @@ class ProxyCounters:
     refused: int = 0
     closed_traffic: Traffic = field(default_factory=Traffic)
 
-    def families(self, open_connections: int, live: Traffic) -> list[Family]:
+    def families(
+        self, open_connections: int, live: Traffic, native: tuple[int, int] | None = None
+    ) -> list[Family]:
+        """`native`: (connections the native relay holds now, hand-backs so far), when it runs."""
         traffic = Traffic()
         traffic.add(self.closed_traffic)
         traffic.add(live)
@@ -278,6 +281,27 @@ class ProxyCounters:
                 "counter",
                 "Bytes of those messages, by direction.",
                 both(traffic.client_bytes, traffic.server_bytes),
+            ),
+            *self._native_families(native),
+        ]
+
+    @staticmethod
+    def _native_families(native: tuple[int, int] | None) -> list[Family]:
+        if native is None:
+            return []
+        return [
+            Family(
+                "pgnl_native_relay_connections",
+                "gauge",
+                "Client connections the native relay holds now (plain pass-through, in C).",
+                (Sample("", (), native[0]),),
+            ),
+            Family(
+                "pgnl_native_relay_handbacks_total",
+                "counter",
+                "Times the native relay gave a connection back to Python (a directive, COPY, "
+                "a closing side, ...).",
+                (Sample("", (), native[1]),),
             ),
         ]
 

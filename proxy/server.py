@@ -24,6 +24,8 @@ from typing import cast
 from proxy import metrics
 from proxy.answerer import Answerer
 from proxy.config import Settings
+from proxy.native_relay import AVAILABLE as NATIVE_AVAILABLE
+from proxy.native_relay import HandBack, NativeRelay
 from proxy.nl2sql.answer import Answer, AnswerError
 from proxy.session import CancelKeys, Session
 from proxy.upstream import Fetch
@@ -126,6 +128,7 @@ class ClientConnection(asyncio.Protocol):
         # goes from the event loop into the session and back out with no frame in between.
         self.send_client: Callable[[bytes], None] = _discard
         self.send_server: Callable[[bytes], None] = _discard
+        self.native_id: int | None = None  # while the native relay has this connection
         self.session = Session(
             self,
             proxy.cancel_keys,
@@ -152,11 +155,12 @@ class ClientConnection(asyncio.Protocol):
         self.session.client_data(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._take_back()
         self.transport = None
         self.send_client = _discard
         if self in self.proxy.clients:
             self.proxy.clients.discard(self)
-            self.proxy.counters.closed_traffic.add(self.session.traffic())
+            self.proxy.counters.closed_traffic.add(self.traffic())
         if self._startup_timer is not None:
             self._startup_timer.cancel()
         self.session.client_closed()
@@ -189,10 +193,95 @@ class ClientConnection(asyncio.Protocol):
         upstream = self.upstream
         if self.transport is None or upstream is None or upstream.transport is None:
             return
-        self.data_received = from_client  # type: ignore[method-assign, assignment]
+        client_chunk, server_chunk = from_client, from_server
+        if self.proxy.native is not None:
+            # Hotter still: the native relay takes the connection whenever it is in plain
+            # pass-through; in between, each chunk is followed by a look at whether it is.
+            def client_chunk(data: bytes) -> None:
+                from_client(data)
+                self._try_native()
+
+            def server_chunk(data: bytes) -> None:
+                from_server(data)
+                self._try_native()
+
+            self.loop.call_soon(self._try_native)
+        self.data_received = client_chunk  # type: ignore[method-assign, assignment]
         self.transport.set_protocol(self)
-        upstream.data_received = from_server  # type: ignore[method-assign, assignment]
+        upstream.data_received = server_chunk  # type: ignore[method-assign, assignment]
         upstream.transport.set_protocol(upstream)
+
+    # ------------------------------------------------------------ the native relay
+
+    def traffic(self) -> metrics.Traffic:
+        """Messages and bytes each way since authentication, wherever they were relayed."""
+        native = self.proxy.native
+        if native is not None and self.native_id is not None:
+            counts = native.traffic(self.native_id)
+            if counts is not None:
+                return metrics.Traffic(*counts)
+        return self.session.traffic()
+
+    def _try_native(self) -> None:
+        native = self.proxy.native
+        if native is None or self.native_id is not None:
+            return
+        state = self.session.native_state()
+        if state is None:
+            return
+        fds = self._native_fds()
+        if fds is None:
+            return
+        self.native_id = native.attach(self, fds, state)
+        if self.native_id is None:
+            self._resume_both()
+
+    def _native_fds(self) -> tuple[int, int] | None:
+        """The two sockets' file descriptors, paused for asyncio; None: not now."""
+        upstream = self.upstream
+        client, server = self.transport, upstream.transport if upstream else None
+        if client is None or server is None or client.is_closing() or server.is_closing():
+            return None
+        if client.get_write_buffer_size() or server.get_write_buffer_size():
+            return None  # a side is slow to read: stay here until it has caught up
+        client_socket = client.get_extra_info("socket")
+        server_socket = server.get_extra_info("socket")
+        if client_socket is None or server_socket is None:
+            return None
+        client.pause_reading()
+        server.pause_reading()
+        return client_socket.fileno(), server_socket.fileno()
+
+    def _resume_both(self) -> None:
+        upstream = self.upstream
+        for transport in (self.transport, upstream.transport if upstream else None):
+            if transport is not None and not transport.is_closing():
+                transport.resume_reading()
+
+    def handed_back(self, back: HandBack) -> None:
+        """Go on in Python from what the native relay returned: first what it had still to
+        write to each side, then what each side sent that the session must read."""
+        self.native_id = None
+        self._resume_both()
+        session = self.session
+        session.native_returned(back.relay, back.splitter)
+        if back.to_client:
+            self.send_client(back.to_client)
+        if back.to_server:
+            self.send_server(back.to_server)
+        if back.from_server:
+            session.server_data(back.from_server)
+        if back.from_client:
+            session.client_data(back.from_client)
+
+    def _take_back(self) -> None:
+        """Have the connection back from the native relay, if it is there."""
+        native = self.proxy.native
+        if native is not None and self.native_id is not None:
+            back = native.detach(self.native_id)
+            self.native_id = None
+            if back is not None:
+                self.handed_back(back)
 
     def answer(
         self, question: str, fetch: Fetch, done: Callable[[Answer | AnswerError], None]
@@ -211,6 +300,7 @@ class ClientConnection(asyncio.Protocol):
         self.proxy.spawn(self.proxy.send_cancel(key))
 
     def close(self) -> None:
+        self._take_back()
         if self._startup_timer is not None:
             self._startup_timer.cancel()
             self._startup_timer = None
@@ -291,6 +381,11 @@ class Proxy:
         self.loop = asyncio.get_running_loop()
         self.settings = settings or Settings()
         self.answerer = Answerer(self.settings, self.loop)
+        self.native: NativeRelay | None = None
+        if self.settings.proxy.native_relay and NATIVE_AVAILABLE:
+            self.native = NativeRelay(self.loop)
+        elif self.settings.proxy.native_relay:
+            log.info("the native relay was not built; every connection is relayed in Python")
         self._server: asyncio.Server | None = None
         self._metrics_server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -319,10 +414,14 @@ class Proxy:
         """Every metric of this proxy, in Prometheus' text format (on the event loop)."""
         live = metrics.Traffic()
         for client in self.clients:
-            live.add(client.session.traffic())
+            live.add(client.traffic())
         return metrics.exposition(
             [
-                *self.counters.families(len(self.clients), live),
+                *self.counters.families(
+                    len(self.clients),
+                    live,
+                    None if self.native is None else (len(self.native), self.native.handbacks),
+                ),
                 *self.answerer.questions.families(),
                 *metrics.LLM.families(),
             ]
@@ -360,6 +459,8 @@ class Proxy:
             self._server.close()
         if self._metrics_server is not None:
             self._metrics_server.close()
+        if self.native is not None:
+            self.native.close()  # every connection back in Python, where the goodbye is said
         goodbye = errors.shutting_down()
         for client in list(self.clients):
             session = client.session

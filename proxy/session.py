@@ -55,7 +55,7 @@ from proxy.upstream import (
     rows,
 )
 from proxy.wire import errors
-from proxy.wire.framing import MessageReader, Relay, StartupReader
+from proxy.wire.framing import MessageReader, Relay, RelayState, StartupReader
 from proxy.wire.messages import (
     AUTH_SASL,
     WHERE,
@@ -72,7 +72,7 @@ from proxy.wire.messages import (
     decode_startup_packet,
     typed,
 )
-from proxy.wire.splitter import FrontendSplitter, Unit
+from proxy.wire.splitter import FrontendSplitter, SplitterState, Unit
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +308,37 @@ class Session:
 
     def client_closed(self) -> None:
         self._close()
+
+    # ------------------------------------------------------------ the native relay
+
+    def native_state(self) -> tuple[RelayState, SplitterState] | None:
+        """The state the native relay goes on from, when this session is in plain pass-through
+        and may be relayed natively for now (see `proxy.native_relay`); None when it must stay
+        here: not READY, TLS (the proxy's own encryption), a directive's flow, bytes of its own
+        waiting, or a splitter that holds or watches something."""
+        to_server, to_client = self._to_server, self._to_client
+        if (
+            self.phase is not Phase.READY
+            or self._tls_done
+            or to_server is None
+            or to_client is None
+            or self._flow is not None
+            or self._owning
+            or self._running is not None
+            or self._queued
+            or self._client_out
+            or to_client.broken
+            or to_client.write != self.io.send_client
+        ):
+            return None
+        counters = to_server.native_state()
+        return None if counters is None else (to_client.export(), counters)
+
+    def native_returned(self, relay: RelayState, splitter: SplitterState) -> None:
+        """The native relay handed the connection back: go on from its state."""
+        if self._to_client is not None and self._to_server is not None:
+            self._to_client.load(relay)
+            self._to_server.load_native_state(splitter)
 
     # ------------------------------------------------------------ startup phase
 

@@ -275,9 +275,50 @@ static PyGetSetDef Relay_getset[] = {
     {NULL}
 };
 
+/* The state the native relay (proxy._relay_loop) carries on from, and hands back. */
+static PyObject *
+Relay_export(Relay *self, PyObject *unused)
+{
+    return Py_BuildValue("(Ly#LiiKKKi)", (long long)self->skip, (const char *)self->head,
+                         (Py_ssize_t)self->head_len, (long long)self->status_at, self->last_type,
+                         self->status, self->ready_count, self->message_count, self->byte_count,
+                         self->terminated);
+}
+
+static PyObject *
+Relay_load(Relay *self, PyObject *state)
+{
+    long long skip, status_at;
+    const char *head;
+    Py_ssize_t head_len;
+    int last_type, status, terminated;
+    unsigned long long ready_count, message_count, byte_count;
+    if (!PyArg_ParseTuple(state, "Ly#LiiKKKp", &skip, &head, &head_len, &status_at, &last_type,
+                          &status, &ready_count, &message_count, &byte_count, &terminated))
+        return NULL;
+    if (head_len > 4) {
+        PyErr_SetString(PyExc_ValueError, "a split header is at most 4 bytes");
+        return NULL;
+    }
+    self->skip = (Py_ssize_t)skip;
+    memcpy(self->head, head, (size_t)head_len);
+    self->head_len = (int)head_len;
+    self->status_at = (Py_ssize_t)status_at;
+    self->last_type = last_type;
+    self->status = status;
+    self->ready_count = ready_count;
+    self->message_count = message_count;
+    self->byte_count = byte_count;
+    self->terminated = terminated;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Relay_methods[] = {
     {"feed", (PyCFunction)Relay_feed, METH_O,
      "Account for one chunk and pass it to write, or report a violation."},
+    {"export", (PyCFunction)Relay_export, METH_NOARGS,
+     "The walk's state, as a tuple the native relay and load() take."},
+    {"load", (PyCFunction)Relay_load, METH_O, "Go on from a state export() gave."},
     {NULL}
 };
 

@@ -27,6 +27,11 @@ from proxy.wire.messages import MAX_MESSAGE, MAX_STARTUP_PACKET, DecodeError
 _U32 = struct.Struct("!I")
 _unpack_u32 = _U32.unpack_from
 
+RelayState = tuple[int, bytes, int, int, int, int, int, int, bool]
+"""A relay's state (`Relay.export`): bytes of the current message still to come, a split
+header, where a split ReadyForQuery's status byte is (-1: nowhere), last type, status, and the
+ReadyForQuery, message and byte counts, and whether a Terminate went by."""
+
 
 class StartupReader:
     """Accumulates one untyped startup-phase packet at a time."""
@@ -173,6 +178,35 @@ class PyRelay:
             pos += 1 + length
         self._skip = pos - n
         self.write(data)
+
+    def export(self) -> RelayState:
+        """The walk's state, for the native relay (`proxy.native_relay`) to go on from."""
+        return (
+            self._skip,
+            self._head,
+            self._status_at,
+            self.last_type,
+            self.status,
+            self.ready_count,
+            self.message_count,
+            self.byte_count,
+            self.terminated,
+        )
+
+    def load(self, state: RelayState) -> None:
+        """Go on from a state `export` (or the native relay) gave."""
+        (
+            self._skip,
+            self._head,
+            self._status_at,
+            self.last_type,
+            self.status,
+            self.ready_count,
+            self.message_count,
+            self.byte_count,
+            terminated,
+        ) = state
+        self.terminated = bool(terminated)
 
     def _note(self, data: bytes, kind: int, body: int) -> None:
         self.last_type = kind

@@ -52,6 +52,11 @@ _COPY = frozenset(b"dcf")
 _SMALL = frozenset(b"CDEHSXcf")
 _SMALL_LIMIT = 10000
 _WHITESPACE = frozenset(b" \t\n\r\f\v")
+
+SplitterState = tuple[int, int, int, bool, int, int]
+"""The counters the native relay carries (`FrontendSplitter.native_state`): requests answered by a
+ReadyForQuery, Syncs since the last other message, that message's type, whether it was a COPY
+message, and the message and byte counts."""
 _OPENERS = _WHITESPACE | frozenset(b"-/")
 
 
@@ -266,6 +271,44 @@ class FrontendSplitter:
         """Drop the client's messages up to its next Sync, which goes on: what the server does
         after an error in an extended-protocol batch, when the session ended the batch itself."""
         self.skipping = True
+
+    def native_state(self) -> SplitterState | None:
+        """The counters the native relay (`proxy.native_relay`) goes on from, when the splitter
+        stands where it may take over: nothing held, half passed on, paused, skipped or offered,
+        and no statements made from directives (every Bind would have to be looked at). None
+        otherwise."""
+        if (
+            not self.at_boundary
+            or self.paused
+            or self.skipping
+            or self.broken
+            or self.terminated
+            or self.statements
+            or self._backlog
+            or self._offering
+            or self._dropping
+        ):
+            return None
+        return (
+            self.syncs,
+            self._syncs_in_run,
+            self._last_other,
+            self._in_copy,
+            self.message_count,
+            self.byte_count,
+        )
+
+    def load_native_state(self, state: SplitterState) -> None:
+        """Go on from the counters the native relay hands back."""
+        (
+            self.syncs,
+            self._syncs_in_run,
+            self._last_other,
+            in_copy,
+            self.message_count,
+            self.byte_count,
+        ) = state
+        self._in_copy = bool(in_copy)
 
     # ------------------------------------------------------------ walking a chunk
 
