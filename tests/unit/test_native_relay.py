@@ -32,9 +32,6 @@ from proxy.wire.splitter import FrontendSplitter, Unit
 
 pytestmark = pytest.mark.skipif(not native_relay.AVAILABLE, reason="the native relay is not built")
 
-if native_relay.AVAILABLE:
-    from proxy import _relay_loop
-
 
 @pytest.mark.skipif(
     shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here"
@@ -45,7 +42,7 @@ def test_the_native_relay_is_built_where_a_compiler_is() -> None:
 
 @pytest.fixture(scope="module")
 def loop() -> Iterator[object]:
-    native = _relay_loop.Loop()
+    native = native_relay._relay_loop.Loop()
     yield native
     native.close()
 
@@ -323,7 +320,7 @@ def test_an_impossible_length_from_the_server_comes_back_unrelayed(loop: object)
     assert back.reason == "server unit"
     assert back.from_server == bad
     violations: list[str] = []
-    relay = PyRelay(pytest.fail, violations.append)
+    relay = PyRelay(lambda data: pytest.fail(f"relayed {data!r}"), violations.append)
     relay.load(back.relay)
     assert relay.ready_count == 1
     relay.feed(back.from_server)
