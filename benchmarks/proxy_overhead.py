@@ -226,27 +226,33 @@ def load_pgbench_data(server: EmbeddedPostgres, pgbench: Path, scale: int) -> No
     progress(f"  done in {time.monotonic() - started:.1f} s")
 
 
-def start_pgnl(base: Path, pg_port: int, stack: contextlib.ExitStack) -> Service:
-    log = base / "pgnl.log"
+def start_pgnl(
+    base: Path, pg_port: int, stack: contextlib.ExitStack, *, native: bool = True
+) -> Service:
+    """`pgnl serve`; native=False: with [proxy] native_relay off (every message in Python)."""
+    name = "pgnl" if native else "pgnl-py"
+    log = base / f"{name}.log"
     argv = [sys.executable, "-m", "proxy", "--log-level", "warning", "serve"]
     argv += ["--listen", "127.0.0.1:0", "--upstream", f"postgresql://127.0.0.1:{pg_port}"]
+    env = {**os.environ, "PGNL_PROXY_NATIVE_RELAY": "true" if native else "false"}
     with log.open("wb") as stderr:
         process = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
             stderr=stderr,
             cwd=REPO_ROOT,
+            env=env,
             start_new_session=True,  # Ctrl-C reaches this program, which then stops pgnl
         )
-    service = Service("pgnl", process, 0, log)
+    service = Service(name, process, 0, log)
     stack.callback(service.stop)
     assert process.stdout is not None
     line = read_line(process.stdout, STARTUP_TIMEOUT_S)
     if not line.startswith("listening: "):
         raise BenchError(f"pgnl serve did not start ({line!r}); its log:\n{tail(log)}")
     service.port = int(line.rpartition(":")[2])
-    wait_until_serving(service.port, process, "pgnl")
-    progress(f"pgnl listening on 127.0.0.1:{service.port}")
+    wait_until_serving(service.port, process, name)
+    progress(f"{name} listening on 127.0.0.1:{service.port}")
     return service
 
 
@@ -403,17 +409,18 @@ def measure(
     seconds: int,
     repeat: int,
     jobs: int,
+    targets: Sequence[str] = TARGETS,
 ) -> dict[tuple[Cell, str], Run | None]:
     """Every cell, targets interleaved; the median of each (cell, target), None where it failed."""
     runs: dict[tuple[Cell, str], list[Run]] = {}
     failed: set[tuple[Cell, str]] = set()
-    total = len(cells) * repeat * len(TARGETS)
+    total = len(cells) * repeat * len(targets)
     done = 0
     turn = 0
     for cell in cells:
         threads = jobs or min(cell.clients, os.cpu_count() or 1)
         for attempt in range(repeat):
-            for target in rotated(TARGETS, turn):
+            for target in rotated(targets, turn):
                 done += 1
                 prefix = f"[{done}/{total}] {cell.label:<13} {target:<9} try {attempt + 1}:"
                 try:
@@ -443,17 +450,17 @@ def measure(
             else None
         )
         for cell in cells
-        for target in TARGETS
+        for target in targets
     }
 
 
 def warm_up(pgbench: Path, ports: dict[str, int], clients: int, seconds: int) -> None:
     """A short untimed run through each target: caches, pools and the proxies' code paths."""
-    for target in TARGETS:
+    for target, port in ports.items():
         progress(f"warm-up: {target}, {clients} clients, {seconds} s")
         run_pgbench(
             pgbench,
-            ports[target],
+            port,
             clients=clients,
             jobs=min(clients, os.cpu_count() or 1),
             protocol="simple",
@@ -465,8 +472,10 @@ def warm_up(pgbench: Path, ports: dict[str, int], clients: int, seconds: int) ->
 # ---------------------------------------------------------------- reporting
 
 
-def ratio(results: dict[tuple[Cell, str], Run | None], cell: Cell, over: str) -> float | None:
-    pgnl, other = results[(cell, "pgnl")], results[(cell, over)]
+def ratio(
+    results: dict[tuple[Cell, str], Run | None], cell: Cell, over: str, of: str = "pgnl"
+) -> float | None:
+    pgnl, other = results[(cell, of)], results[(cell, over)]
     if pgnl is None or other is None or other.tps == 0:
         return None
     return pgnl.tps / other.tps
@@ -476,7 +485,12 @@ def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def report(results: dict[tuple[Cell, str], Run | None], cells: list[Cell], seconds: int) -> None:
+def report(
+    results: dict[tuple[Cell, str], Run | None],
+    cells: list[Cell],
+    seconds: int,
+    targets: Sequence[str] = TARGETS,
+) -> None:
     print()
     print(
         f"pgbench -S, {seconds} s a run (median over repeats); proxy CPU: cores the proxy "
@@ -487,7 +501,7 @@ def report(results: dict[tuple[Cell, str], Run | None], cells: list[Cell], secon
         f"{'proxy CPU':>9}  {'us/txn':>6}"
     )
     for cell in cells:
-        for target in TARGETS:
+        for target in targets:
             run = results[(cell, target)]
             if run is None:
                 print(f"{cell.clients:>7}  {cell.protocol:<8}  {target:<9}  {'FAILED':>10}")
@@ -502,15 +516,21 @@ def report(results: dict[tuple[Cell, str], Run | None], cells: list[Cell], secon
                 f"{run.latency_ms:>8.3f}  {cpu:>9}  {per_txn:>6}"
             )
     print()
+    python = "pgnl-py" in targets
     print("TPS ratios (above 1: pgnl faster)")
-    print(f"{'clients':>7}  {'protocol':<8}  {'pgnl/direct':>11}  {'pgnl/pgbouncer':>14}")
+    extra = f"  {'pgnl-py/pgbouncer':>17}  {'pgnl/pgnl-py':>12}" if python else ""
+    print(f"{'clients':>7}  {'protocol':<8}  {'pgnl/direct':>11}  {'pgnl/pgbouncer':>14}{extra}")
     for cell in cells:
         direct = _fmt(ratio(results, cell, "direct"), ".3f")
         bouncer = _fmt(ratio(results, cell, "pgbouncer"), ".3f")
-        print(f"{cell.clients:>7}  {cell.protocol:<8}  {direct:>11}  {bouncer:>14}")
+        if python:
+            old = _fmt(ratio(results, cell, "pgbouncer", of="pgnl-py"), ".3f")
+            gain = _fmt(ratio(results, cell, "pgnl-py"), ".3f")
+            extra = f"  {old:>17}  {gain:>12}"
+        print(f"{cell.clients:>7}  {cell.protocol:<8}  {direct:>11}  {bouncer:>14}{extra}")
     print()
     parts = []
-    for over in ("direct", "pgbouncer"):
+    for over in ("direct", "pgbouncer", *(["pgnl-py"] if python else [])):
         listed = ", ".join(f"{c.label} {_fmt(ratio(results, c, over), '.2f')}" for c in cells)
         parts.append(f"pgnl/{over}: {listed}")
     print("ratios " + " ; ".join(parts), flush=True)
@@ -540,6 +560,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--warmup", type=int, default=2, help="seconds of untimed warm-up per target (0: none)"
+    )
+    parser.add_argument(
+        "--python-relay",
+        action="store_true",
+        help="also pgnl with [proxy] native_relay off (target pgnl-py), side by side",
     )
     args = parser.parse_args(argv)
     try:
@@ -581,19 +606,25 @@ def main(argv: list[str] | None = None) -> int:
             pgnl = start_pgnl(base, server.port, stack)
             bouncer = start_pgbouncer(server, base, max_clients, stack)
             ports = {"direct": server.port, "pgnl": pgnl.port, "pgbouncer": bouncer.port}
+            proxies = {"pgnl": pgnl, "pgbouncer": bouncer}
+            if args.python_relay:
+                proxies["pgnl-py"] = start_pgnl(base, server.port, stack, native=False)
+                ports["pgnl-py"] = proxies["pgnl-py"].port
+            targets = list(ports)
             if args.warmup:
                 warm_up(pgbench, ports, max_clients, args.warmup)
             results = measure(
                 pgbench,
                 ports,
-                {"pgnl": pgnl, "pgbouncer": bouncer},
+                proxies,
                 cells,
                 seconds=args.seconds,
                 repeat=args.repeat,
                 jobs=args.jobs,
+                targets=targets,
             )
-            progress("stopping pgbouncer, pgnl and PostgreSQL")
-        report(results, cells, args.seconds)
+            progress("stopping the proxies and PostgreSQL")
+        report(results, cells, args.seconds, targets)
     except KeyboardInterrupt:
         progress("interrupted; everything started here has been stopped")
         return 130

@@ -144,9 +144,6 @@ class ClientConnection(asyncio.Protocol):
         self.send_client = self.transport.write
         proxy = self.proxy
         proxy.counters.accepted += 1
-        if len(proxy.clients) >= proxy.max_clients:
-            self.session.refuse_with = errors.too_many_connections(proxy.max_clients)
-            proxy.counters.refused += 1
         proxy.clients.add(self)
         _no_delay(transport)
         self._startup_timer = self.loop.call_later(proxy.startup_timeout, self._startup_expired)
@@ -294,6 +291,13 @@ class ClientConnection(asyncio.Protocol):
         self._spawn(self._start_tls())
 
     def connect_upstream(self) -> None:
+        # The limit is looked at once the client has said who it is, not on accepting: a client
+        # that has just closed its connection (its end is still on its way) does not count.
+        proxy = self.proxy
+        if len(proxy.clients) > proxy.max_clients:
+            proxy.counters.refused += 1
+            self.session.refuse(errors.too_many_connections(proxy.max_clients))
+            return
         self._spawn(self._connect_upstream())
 
     def send_cancel(self, key: BackendKeyData) -> None:

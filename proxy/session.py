@@ -309,6 +309,10 @@ class Session:
     def client_closed(self) -> None:
         self._close()
 
+    def refuse(self, error: ErrorResponse) -> None:
+        """The driver will not take this client (a limit): tell it why and close."""
+        self._fail(error)
+
     # ------------------------------------------------------------ the native relay
 
     def native_state(self) -> tuple[RelayState, SplitterState] | None:
