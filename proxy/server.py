@@ -8,6 +8,10 @@ once the client has sent its StartupMessage, one `UpstreamConnection` to the ups
 callbacks are the whole hot path. Backpressure: when one side's send buffer fills, reading from
 the other side pauses. Questions (`-- nl: ...`) are answered off the loop, by the proxy's
 `Answerer` (worker threads); the sessions keep flowing meanwhile.
+
+Between directives the native relay (`proxy.native_relay`) takes a connection whenever its
+session is in plain pass-through: both transports pause, a C loop relays duplicates of their
+sockets, and hands the connection back here (`handed_back`) when the session must see something.
 """
 
 from __future__ import annotations

@@ -133,8 +133,10 @@ def make_proxy(postgres: Postgres) -> Iterator[Callable[..., RunningProxy]]:
     """A factory for proxies of a test's own (other flags, other upstreams)."""
     started: list[RunningProxy] = []
 
-    def make(*extra: str, upstream_port: int | None = None) -> RunningProxy:
-        running = start_proxy(upstream_port or postgres.port, *extra)
+    def make(
+        *extra: str, upstream_port: int | None = None, env: dict[str, str] | None = None
+    ) -> RunningProxy:
+        running = start_proxy(upstream_port or postgres.port, *extra, env=env)
         started.append(running)
         return running
 
