@@ -469,6 +469,7 @@ class Proxy:
             self._metrics_server.close()
         if self.native is not None:
             self.native.close()  # every connection back in Python, where the goodbye is said
+            self.native = None
         goodbye = errors.shutting_down()
         for client in list(self.clients):
             session = client.session
