@@ -51,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -354,9 +355,13 @@ def run_pgbench(
     protocol: str,
     seconds: int,
     proxy: Service | None,
+    log_prefix: Path | None = None,
 ) -> Run:
+    """One pgbench run; `log_prefix`: also write each transaction's latency (pgbench -l)."""
     argv = [str(pgbench), "-n", "-S", "-M", protocol, "-T", str(seconds)]
     argv += ["-c", str(clients), "-j", str(jobs), "-h", "127.0.0.1", "-p", str(port)]
+    if log_prefix is not None:
+        argv += ["-l", "--log-prefix", str(log_prefix)]
     argv += ["-U", ROLE, DATABASE]
     pid = proxy.process.pid if proxy is not None else None
     cpu_before = cpu_seconds(pid) if pid is not None else None
@@ -469,6 +474,87 @@ def warm_up(pgbench: Path, ports: dict[str, int], clients: int, seconds: int) ->
         )
 
 
+# ---------------------------------------------------------------- questions under load
+
+QUESTION = "-- nl: how many accounts are there?"
+
+
+def latencies_ms(prefix: Path) -> list[float]:
+    """Every transaction's latency from pgbench's -l files (the third field, microseconds)."""
+    values: list[float] = []
+    for log_file in prefix.parent.glob(prefix.name + ".*"):
+        for line in log_file.read_text().splitlines():
+            fields = line.split()
+            if len(fields) >= 3:
+                values.append(int(fields[2]) / 1000)
+        log_file.unlink()
+    return sorted(values)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def questions_under_load(
+    server: EmbeddedPostgres, pgbench: Path, pgnl: Service, base: Path, seconds: int
+) -> list[str]:
+    """Plain SQL through pgnl at 32 clients, quiet and while one more connection asks a question
+    over and over: plain-SQL p50 / p99 both ways, and the questions answered meanwhile (the
+    report's lines)."""
+    from proxy.migrate import migrate
+
+    with psycopg.connect(server.dsn(DATABASE), autocommit=True) as admin:
+        migrate(admin)
+    clients, jobs = 32, min(32, os.cpu_count() or 1)
+    rows: list[tuple[str, Run, list[float]]] = []
+    asked: list[float] = []
+    answers: set[object] = set()
+    for label in ("quiet", "questions"):
+        stop = threading.Event()
+
+        def ask(stop: threading.Event = stop) -> None:
+            with psycopg.connect(bench_dsn(pgnl.port), autocommit=True) as conn:
+                while not stop.is_set():
+                    started = time.monotonic()
+                    answers.add(conn.execute(QUESTION).fetchone())
+                    asked.append((time.monotonic() - started) * 1000)
+
+        asker = threading.Thread(target=ask, daemon=True)
+        if label == "questions":
+            asker.start()
+        prefix = base / f"latency-{label}"
+        progress(f"plain SQL through pgnl, {clients} clients, {seconds} s, {label}")
+        run = run_pgbench(
+            pgbench,
+            pgnl.port,
+            clients=clients,
+            jobs=jobs,
+            protocol="simple",
+            seconds=seconds,
+            proxy=pgnl,
+            log_prefix=prefix,
+        )
+        stop.set()
+        if asker.is_alive():
+            asker.join(60)
+        rows.append((label, run, latencies_ms(prefix)))
+    out = [
+        "",
+        f"plain SQL through pgnl at {clients} clients (pgbench -S, simple), quiet and while one",
+        f"more connection asks {QUESTION!r} over and over",
+        f"{'':<10}  {'TPS':>10}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}",
+    ]
+    for label, run, values in rows:
+        p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
+        out.append(f"{label:<10}  {run.tps:>10.1f}  {p50:>7.3f}  {p99:>7.3f}  {values[-1]:>7.3f}")
+    asked.sort()
+    out.append(
+        f"questions answered meanwhile: {len(asked)}, p50 {percentile(asked, 0.5):.0f} ms, "
+        f"answers {sorted(map(str, answers))}"
+    )
+    return out
+
+
 # ---------------------------------------------------------------- reporting
 
 
@@ -562,6 +648,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--warmup", type=int, default=2, help="seconds of untimed warm-up per target (0: none)"
     )
     parser.add_argument(
+        "--questions",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="then plain-SQL latency at 32 clients through pgnl, quiet and while questions run",
+    )
+    parser.add_argument(
         "--python-relay",
         action="store_true",
         help="also pgnl with [proxy] native_relay off (target pgnl-py), side by side",
@@ -623,8 +716,12 @@ def main(argv: list[str] | None = None) -> int:
                 jobs=args.jobs,
                 targets=targets,
             )
+            loaded: list[str] = []
+            if args.questions:
+                loaded = questions_under_load(server, pgbench, pgnl, base, args.questions)
             progress("stopping the proxies and PostgreSQL")
         report(results, cells, args.seconds, targets)
+        print("\n".join(loaded), flush=True)
     except KeyboardInterrupt:
         progress("interrupted; everything started here has been stopped")
         return 130

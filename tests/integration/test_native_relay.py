@@ -6,6 +6,7 @@ keeps every connection in Python."""
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -142,3 +143,47 @@ def test_the_setting_off_keeps_every_connection_in_python(
     on = free_port()
     make_proxy("--metrics-listen", f"127.0.0.1:{on}")
     assert metrics(on).type[NATIVE] == "gauge"
+
+
+def test_a_question_is_answered_while_32_clients_relay_natively(
+    make_proxy: Callable[..., RunningProxy], make_database: Callable[..., str]
+) -> None:
+    """32 connections run plain SQL in a loop, natively, while one connection asks questions:
+    every question is answered, every plain query returns its row, and nobody waits for the
+    question (each plain connection gets through many queries while it runs)."""
+    db = make_database(STUDENTS, migrated=True)
+    port = free_port()
+    proxy = make_proxy("--metrics-listen", f"127.0.0.1:{port}")
+    stop = threading.Event()
+    done: list[int] = []
+    failures: list[BaseException] = []
+
+    def plain(worker: int) -> None:
+        try:
+            with psycopg.connect(proxy.dsn(dbname=db), autocommit=True) as conn:
+                count = 0
+                while not stop.is_set():
+                    row = conn.execute("SELECT %s::int + id FROM students WHERE id = 1", (worker,))
+                    assert row.fetchone() == (worker + 1,)
+                    count += 1
+                done.append(count)
+        except BaseException as exc:  # reported below, in the test's thread
+            failures.append(exc)
+
+    workers = [threading.Thread(target=plain, args=(n,)) for n in range(32)]
+    for worker in workers:
+        worker.start()
+    try:
+        eventually(port, lambda m: m.value(NATIVE) >= 32)
+        with psycopg.connect(proxy.dsn(dbname=db), autocommit=True) as asker:
+            for _ in range(3):
+                assert asker.execute("-- nl: how many students are there?").fetchall() == [(3,)]
+        during = metrics(port)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+    assert failures == []
+    assert len(done) == 32 and min(done) > 3
+    assert during.value(NATIVE) >= 32  # the plain connections stayed native throughout
+    assert proxy.internal_errors() == []
