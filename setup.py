@@ -10,7 +10,14 @@ from setuptools import Extension, find_packages, setup
 
 # The native relay (proxy/_relay_loop.c) runs an epoll loop: Linux only, optional like the rest.
 native_relay = (
-    [Extension("proxy._relay_loop", ["proxy/_relay_loop.c"], optional=True)]
+    [
+        Extension(
+            "proxy._relay_loop",
+            ["proxy/_relay_loop.c"],
+            depends=["proxy/wire/_scan.h"],
+            optional=True,
+        )
+    ]
     if sys.platform.startswith("linux")
     else []
 )
@@ -23,7 +30,12 @@ setup(
     ],
     package_dir={"proxy.migrations": "migrations", "proxy.pg_functions": "pg_functions"},
     ext_modules=[
-        Extension("proxy.wire._framing", ["proxy/wire/_framing.c"], optional=True),
+        Extension(
+            "proxy.wire._framing",
+            ["proxy/wire/_framing.c"],
+            depends=["proxy/wire/_scan.h"],
+            optional=True,
+        ),
         *native_relay,
     ],
 )

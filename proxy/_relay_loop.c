@@ -32,6 +32,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "wire/_scan.h"
+
 #define READ_SIZE (256 * 1024)
 #define UNIT_MAX (1024 * 1024)  /* a client unit held longer than this goes to Python */
 #define SMALL_LIMIT 10000UL     /* PostgreSQL's PQ_SMALL_MESSAGE_LIMIT */
@@ -149,38 +151,7 @@ buf_free(buf *b)
     b->len = b->cap = 0;
 }
 
-static uint32_t
-be32(const unsigned char *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-
 /* ------------------------------------------------------------------ the two directions */
-
-static int
-is_space(unsigned char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-/* splitter.might_be_directive */
-static int
-might_be_directive(const unsigned char *p, size_t start, size_t end)
-{
-    if (start < end && !is_space(p[start]) && p[start] != '-' && p[start] != '/')
-        return 0;
-    while (start < end && is_space(p[start]))
-        start++;
-    if (end < start + 2)
-        return 0;
-    if (!((p[start] == '-' && p[start + 1] == '-') || (p[start] == '/' && p[start + 1] == '*')))
-        return 0;
-    for (size_t i = start; i + 1 < end; i++) {
-        if ((p[i] | 0x20) == 'n' && (p[i + 1] | 0x20) == 'l')
-            return 1;
-    }
-    return 0;
-}
 
 /*
  * How much of the client's bytes p[0:n] may go on: the end of the last whole unit that needs
@@ -219,7 +190,7 @@ scan_client(conn *k, const unsigned char *p, size_t n, int *python)
         if (kind == 'P' || kind == 'B' || kind == 'D' || kind == 'E' || kind == 'C') {
             if (kind == 'P') {
                 const unsigned char *nul = memchr(p + pos + 5, 0, length - 4);
-                if (nul == NULL || might_be_directive(p, (size_t)(nul - p) + 1, end - 3)) {
+                if (nul == NULL || might_be_directive(p, nul - p + 1, (Py_ssize_t)end - 3)) {
                     *python = 1;
                     break;
                 }
@@ -243,7 +214,7 @@ scan_client(conn *k, const unsigned char *p, size_t n, int *python)
             committed = t;
             continue;
         }
-        if (might_be_directive(p, pos + 5, end - 1)) { /* a Query */
+        if (might_be_directive(p, (Py_ssize_t)pos + 5, (Py_ssize_t)end - 1)) { /* a Query */
             *python = 1;
             break;
         }

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_scan.h"
+
 typedef struct {
     PyObject_HEAD
     PyObject *write;
@@ -31,12 +33,6 @@ typedef struct {
     int broken;               /* a violation was reported: relay nothing more */
     unsigned long max_length;
 } Relay;
-
-static uint32_t
-be32(const unsigned char *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
 
 static int
 Relay_init(Relay *self, PyObject *args, PyObject *kwds)
@@ -338,31 +334,6 @@ static PyTypeObject RelayType = {
 };
 
 /* ---------------------------------------------------------------- splitter.scan_plain */
-
-static int
-is_space(unsigned char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-/* splitter.might_be_directive: after whitespace a comment opener, and "nl" in any case. */
-static int
-might_be_directive(const unsigned char *p, Py_ssize_t start, Py_ssize_t end)
-{
-    if (start < end && !is_space(p[start]) && p[start] != '-' && p[start] != '/')
-        return 0;
-    while (start < end && is_space(p[start]))
-        start++;
-    if (end - start < 2)
-        return 0;
-    if (!((p[start] == '-' && p[start + 1] == '-') || (p[start] == '/' && p[start + 1] == '*')))
-        return 0;
-    for (Py_ssize_t i = start; i + 1 < end; i++) {
-        if ((p[i] | 0x20) == 'n' && (p[i + 1] | 0x20) == 'l')
-            return 1;
-    }
-    return 0;
-}
 
 #define SMALL_LIMIT 10000UL
 

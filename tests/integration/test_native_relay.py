@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 
 import psycopg
@@ -17,7 +16,7 @@ import pytest
 from proxy import native_relay
 from tests.fix_pg import free_port
 from tests.fix_proxy import RunningProxy
-from tests.prometheus import Parsed, parse
+from tests.integration.test_metrics import eventually, metrics
 
 pytestmark = [
     pytest.mark.integration,
@@ -31,20 +30,6 @@ INSERT INTO students VALUES (1, 'Timmy Ward', 'Boston'), (2, 'Ana Lopez', 'Chica
 """
 NATIVE = "pgnl_native_relay_connections"
 HANDBACKS = "pgnl_native_relay_handbacks_total"
-
-
-def metrics(port: int) -> Parsed:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        return parse(reply.read().decode())
-
-
-def eventually(port: int, test: Callable[[Parsed], bool]) -> Parsed:
-    deadline = time.monotonic() + 10
-    while True:
-        found = metrics(port)
-        if test(found) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.02)
 
 
 def test_plain_sql_is_relayed_natively_and_a_directive_comes_back_to_python(
