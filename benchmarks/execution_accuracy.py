@@ -217,8 +217,11 @@ ALONE_SETTINGS = {
     "PGNL_LLM_UNGUIDED": "true",
     "PGNL_LLM_SELECTION": "first",
     "PGNL_CALIBRATION_THRESHOLD": "2",
+    "PGNL_AMBIGUITY_ENABLED": "false",
 }
 """The "LLM alone" mode's settings: the LLM's own query, uncorrected and uncalibrated."""
+NO_AMBIGUITY = ", no ambiguity stage"
+"""The name's ending of a mode run with PGNL_AMBIGUITY_ENABLED=false (`--without-ambiguity`)."""
 
 LOG_QUERY = (
     "SELECT question, directive, chosen_sql, trace, timings_ms, candidates FROM nl.query_log "
@@ -612,6 +615,7 @@ class ModeSpec:
     kind: str
     model: str = ""
     timeout_s: float = TIMEOUT_S
+    ambiguity: bool = True  # False: PGNL_AMBIGUITY_ENABLED=false
 
     @property
     def embedded(self) -> bool:
@@ -648,6 +652,8 @@ def mode_environment(spec: ModeSpec, environ: Mapping[str, str]) -> dict[str, st
         env.update(model_environment(spec.model))
         if spec.kind == ALONE:
             env.update(ALONE_SETTINGS)
+    if not spec.ambiguity:
+        env["PGNL_AMBIGUITY_ENABLED"] = "false"
     return env
 
 
@@ -658,12 +664,19 @@ def mode_specs(
     *,
     timeout_s: float = TIMEOUT_S,
     llm_timeout_s: float = LLM_TIMEOUT_S,
+    without_ambiguity: bool = False,
 ) -> list[ModeSpec]:
     """The modes of a run, in the report's order: PLM-only, LLM (when PGNL_LLM_BASE_URL is
-    set), then for each model "LLM alone" and "full" (those of `kinds`)."""
+    set), then for each model "LLM alone" and "full" (those of `kinds`); with
+    `without_ambiguity`, PLM-only and each full mode followed by its twin without the
+    ambiguity stage."""
     specs: list[ModeSpec] = []
     if PLM in kinds:
         specs.append(ModeSpec(PLM_ONLY, PLM, timeout_s=timeout_s))
+        if without_ambiguity:
+            specs.append(
+                ModeSpec(PLM_ONLY + NO_AMBIGUITY, PLM, timeout_s=timeout_s, ambiguity=False)
+            )
     if URL in kinds and environ.get("PGNL_LLM_BASE_URL"):
         specs.append(ModeSpec(LLM, URL, timeout_s=timeout_s))
     for model in models:
@@ -672,6 +685,12 @@ def mode_specs(
             specs.append(ModeSpec(f"LLM alone {label}", ALONE, model, llm_timeout_s))
         if FULL in kinds:
             specs.append(ModeSpec(f"full {label}", FULL, model, llm_timeout_s))
+            if without_ambiguity:
+                specs.append(
+                    ModeSpec(
+                        f"full {label}{NO_AMBIGUITY}", FULL, model, llm_timeout_s, ambiguity=False
+                    )
+                )
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise BenchError(f"two modes have one name: {names} (two --llm files of one name?)")
@@ -680,6 +699,12 @@ def mode_specs(
 
 def describe(spec: ModeSpec, environ: Mapping[str, str]) -> str:
     """One line on what the mode's proxy does, from the settings it will read."""
+    if not spec.ambiguity:
+        return _describe(spec, environ) + "; no ambiguity stage (PGNL_AMBIGUITY_ENABLED=false)"
+    return _describe(spec, environ)
+
+
+def _describe(spec: ModeSpec, environ: Mapping[str, str]) -> str:
     settings = config.load(environ=mode_environment(spec, environ))
     llm, pipeline = settings.llm, settings.pipeline
     if spec.kind == PLM:
@@ -1842,6 +1867,7 @@ async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.
         environ,
         timeout_s=args.timeout,
         llm_timeout_s=args.llm_timeout,
+        without_ambiguity=args.without_ambiguity,
     )
     if not specs:
         raise BenchError("no mode to run (check --modes, --llm and PGNL_LLM_BASE_URL)")
@@ -1999,6 +2025,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-warmup", action="store_true", help="measure the first question of each database cold"
+    )
+    parser.add_argument(
+        "--without-ambiguity",
+        action="store_true",
+        help="beside PLM-only and each full mode, the same mode without the ambiguity stage "
+        "(PGNL_AMBIGUITY_ENABLED=false), side by side",
     )
     parser.add_argument(
         "--no-query-log",

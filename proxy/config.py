@@ -492,6 +492,33 @@ class PipelineSettings:
 
 
 @dataclass
+class AmbiguitySettings:
+    enabled: bool = field(
+        default=True,
+        metadata=_doc(
+            "Weigh the chosen answer against the question's other readings (candidates that "
+            "also answer, with other rows) and settle where they differ by probing the data "
+            "(Soma-SQL); an unsettled reading is named in a NOTICE with its SQL."
+        ),
+    )
+    readings: int = field(
+        default=2,
+        metadata=_doc(
+            "Other readings compared with the chosen answer: the next ranked sketches that "
+            "answer, completed by the small models (no LLM call), besides the sketch models' "
+            "answer under [llm] selection llm-first."
+        ),
+    )
+    probe_budget_s: float = field(
+        default=1.0,
+        metadata=_doc(
+            "Seconds the probes of one question may take in all (each query also has "
+            "[pipeline] statement_timeout_s); what is not probed in time stays open."
+        ),
+    )
+
+
+@dataclass
 class LogSettings:
     level: str = field(
         default="info", metadata=_doc("Log level: debug, info, warning or error (to stderr).")
@@ -522,6 +549,7 @@ class Settings:
     sketch: SketchSettings = field(default_factory=SketchSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
+    ambiguity: AmbiguitySettings = field(default_factory=AmbiguitySettings)
     log: LogSettings = field(default_factory=LogSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
 

@@ -77,7 +77,7 @@ class Completer(Stage):
             )
             if self._ask_llm(candidate, messages, "LLM"):
                 return True
-        return self._complete_plm(candidate)
+        return self.complete_plm(candidate)
 
     def complete_unguided(self, candidate: Candidate) -> bool:
         """The LLM's own query for the question: the schema, the values the question names, no
@@ -122,7 +122,7 @@ class Completer(Stage):
             )
         return completion.sql
 
-    def _complete_plm(self, candidate: Candidate) -> bool:
+    def complete_plm(self, candidate: Candidate) -> bool:
         """PLM-only completion after the values stage; the completion rules that changed the
         sketch are in the step's note."""
         candidate.sketch = self.grounding.with_named_values(candidate.sketch)

@@ -22,6 +22,10 @@ ZeroNL2SQL's Algorithm 2 as a declared sequence of stages (`STAGES`), each timed
     execute    the calibrated SQL run (`execution`)
     select     the choice among the candidates (`search`; its candidates and relaxations in the
                order it tries them, the checks an answer passes in `answer_checks`)
+    ambiguity  the choice against the question's other readings: where they return other rows,
+               the differences named and probed in the data, the choice repaired or replaced
+               where the data refutes it, a NOTICE naming a reading left open (`settle`,
+               `ambiguity`, `probes`)
 
 Every query goes through the `Database` the caller gives, as its role, with [pipeline]
 statement_timeout_s each, all of a question's within [pipeline] budget_s (`budget`): the
@@ -56,6 +60,7 @@ from proxy.nl2sql.intent import WRITE_REQUEST, write_request
 from proxy.nl2sql.question import Question
 from proxy.nl2sql.schema import Schema, SchemaCache
 from proxy.nl2sql.search import Search
+from proxy.nl2sql.settle import Ambiguity
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
 from proxy.nl2sql.trace import Trace, one_line, rules_note
 from proxy.runtime import load_embedder
@@ -86,6 +91,7 @@ STAGES = (
     "calibrate",
     "execute",
     "select",
+    "ambiguity",
 )
 
 
@@ -201,6 +207,12 @@ class _Run:
             chosen = search.llm_first(chosen, sketches)
         if chosen is None:
             return
+        ambiguity = self.pipeline.settings.ambiguity
+        if ambiguity.enabled:
+            others = search.readings(chosen, ambiguity.readings)
+            chosen = Ambiguity(search.asked, search.executor, ambiguity).settle(
+                chosen, others, independent=search.sketch_answer
+            )
         result.error = None
         result.sql, result.rows = chosen.candidate.sql, chosen.candidate.rows
         result.outcome = chosen.outcome

@@ -59,6 +59,8 @@ class Search(Stage):
         self.fallback: Candidate | None = None  # ran, with no values
         self._tried: set[str] = set()  # SQL already run: no strategy runs it again
         self._unfilled: list[Candidate] = []  # ranked candidates with a WHERE value missing
+        self._pending: Iterator[Candidate] | None = None  # the ranked candidates not yet tried
+        self.sketch_answer: Candidate | None = None  # llm-first: the sketch models' answer
 
     def run(self, sketches: Sequence[Sketch]) -> Chosen | None:
         """`_search_all`, within the question's time budget: when it runs out, the best
@@ -90,7 +92,8 @@ class Search(Stage):
         """The candidates in order (`_candidates`): the first whose result passes the checks
         (`answer_checks.answers`); the first with values that fails them is kept as the
         partial answer, the first that ran with none as the fall-back."""
-        for candidate in self._candidates(sketches):
+        self._pending = self._candidates(sketches)
+        for candidate in self._pending:
             if not self.completer.complete(candidate) or candidate.sql in self._tried:
                 if candidate.unfilled:
                     self._unfilled.append(candidate)
@@ -223,6 +226,7 @@ class Search(Stage):
         if not sketches:
             return seed
         answered = seed.candidate if seed is not None and seed.outcome == ANSWERED else None
+        self.sketch_answer = answered
         if answered is not None:
             self.grounding.samples_for(answered)  # the values of its columns, for the LLM's prompt
         sketch = seed.candidate.sketch if seed is not None else sketches[0]
@@ -262,6 +266,38 @@ class Search(Stage):
                 )
                 step.note = one_line(answered.sql)
         return Chosen(own, ANSWERED)
+
+    def readings(self, chosen: Chosen, limit: int) -> list[Candidate]:
+        """The question's other readings, for the ambiguity stage: the sketch models' answer
+        where the LLM's own query was chosen over it, then up to `limit` more of the ranked
+        candidates after the one chosen, completed by the small models (no LLM call), that
+        run, answer and return values; within the question's time budget."""
+        found: list[Candidate] = []
+        if self.sketch_answer is not None and self.sketch_answer is not chosen.candidate:
+            found.append(self.sketch_answer)
+        if self._pending is None:
+            return found
+        more = 0
+        try:
+            for candidate in self._pending:
+                if more >= limit:
+                    break
+                if candidate.unguided or not self.completer.complete_plm(candidate):
+                    continue
+                if candidate.sql in self._tried:
+                    continue
+                self._tried.add(candidate.sql)
+                if not self.executor.check(candidate):
+                    continue
+                self.executor.calibrate(candidate)
+                if has_values(candidate.rows) and answers(
+                    self.question, candidate.sql, self.schema, self.typed
+                ):
+                    found.append(candidate)
+                    more += 1
+        except OutOfTime:
+            pass
+        return found
 
     def _opinion(self, candidate: Candidate) -> Candidate | None:
         """The LLM's own query for the candidate, run (with feedback on an error) and
