@@ -726,3 +726,26 @@ def test_llm_answer_through_the_proxy_and_fallback_when_it_stalls(
         assert time.monotonic() - start < 15
         assert shown and "students" in shown[0][0]
         assert any("the LLM (scripted) failed" in notice for notice in seen), seen
+
+
+def test_another_reading_is_named_in_a_notice_and_its_probes_explained(
+    llm_proxy: RunningProxy, llm_server: ScriptedLLM, university: str, postgres: Postgres
+) -> None:
+    # The LLM counts the distinct cities where the sketch models count the students: the two
+    # readings return other rows, nothing in the data refutes either, so the LLM's stands and
+    # the client is told the other one, with its SQL.
+    written = "SELECT count(DISTINCT city) FROM students"
+    llm_server.script(then=written)
+    with psycopg.connect(llm_proxy.dsn(dbname=university), autocommit=True) as conn:
+        seen = notices_of(conn)
+        assert conn.execute(f"-- nl: {COUNT_STUDENTS}").fetchall() == [(3,)]
+        (other,) = [n for n in seen if "can be read another way" in n]
+        assert "AmbiIntent distinct" in other
+        assert "FROM students" in other.split("reading:\n", 1)[1]
+        trace = conn.execute(f"-- nl explain: {COUNT_STUDENTS}").fetchall()
+        ambiguity = [row for row in trace if row[0] == "ambiguity"]
+        assert any(
+            "AmbiIntent distinct" in row[4] and row[3] == "students.city: 4 values, 3 distinct"
+            for row in ambiguity
+        ), ambiguity
+        assert "stands" in ambiguity[-1][4]
