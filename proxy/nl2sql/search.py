@@ -275,8 +275,10 @@ class Search(Stage):
         found: list[Candidate] = []
         if self.sketch_answer is not None and self.sketch_answer is not chosen.candidate:
             found.append(self.sketch_answer)
-        if self._pending is None:
+        if self._pending is None or limit <= 0:
             return found
+        with self.trace.stage("ambiguity", chosen.candidate) as step:
+            step.outcome = f"other readings: up to {limit} more of the ranked candidates"
         more = 0
         try:
             for candidate in self._pending:

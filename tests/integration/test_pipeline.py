@@ -156,7 +156,15 @@ def sketch_note(answer: Answer) -> str:
 
 
 def moves_by_the_values_stage(answer: Answer) -> list[str]:
-    return [row.calibration for row in answer.trace if row.stage == "values" and row.calibration]
+    """The values stage's moves on the way to the answer (not in the other readings the
+    ambiguity stage looks for after it)."""
+    moves = []
+    for row in answer.trace:
+        if row.stage == "ambiguity":
+            break
+        if row.stage == "values" and row.calibration:
+            moves.append(row.calibration)
+    return moves
 
 
 @pytest.mark.parametrize(
