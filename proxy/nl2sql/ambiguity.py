@@ -53,8 +53,12 @@ def dimensions(seed: Parts, other: Parts) -> list[Dimension]:
     """The dimensions along which `other` differs from `seed` (none: the same reading)."""
     found: list[Dimension] = []
 
-    def differ(kind: str, name: str, a: frozenset[str] | tuple[str, ...], b: object) -> None:
-        assert isinstance(b, frozenset | tuple)
+    def differ(
+        kind: str,
+        name: str,
+        a: frozenset[str] | tuple[str, ...],
+        b: frozenset[str] | tuple[str, ...],
+    ) -> None:
         if a != b:
             found.append(Dimension(kind, name, _listed(a), _listed(b)))
 

@@ -61,7 +61,7 @@ class Prober:
     def __init__(self, schema: Schema, run: Run) -> None:
         self.schema = schema
         self.run = run
-        self.queries = 0
+        self.ran: list[str] = []  # every probe query, in order
 
     def probe(
         self,
@@ -118,6 +118,7 @@ class Prober:
     # ------------------------------------------------------------------ values
 
     def _values(self, dimension: Dimension) -> list[Evidence]:
+        first = len(self.ran)
         seed = self._rows_holding(dimension.seed_predicate)
         other = self._rows_holding(dimension.other_predicate)
         if seed is None and other is None:
@@ -138,9 +139,7 @@ class Prober:
                 favours = OTHER
             elif dimension.other_predicate is not None and other == 0:
                 favours = SEED
-        return [Evidence(dimension, self._last_sql, finding, favours)]
-
-    _last_sql = ""
+        return [Evidence(dimension, "; ".join(self.ran[first:]), finding, favours)]
 
     def _rows_holding(self, predicate: Predicate | None) -> int | None:
         """How many rows of its table hold the predicate's value in its column (None where
@@ -158,7 +157,6 @@ class Prober:
         else:
             condition = f"{column}::text {operator} $1"
         sql = f"SELECT count(*) FROM {table} WHERE {condition}"  # noqa: S608 (quoted names)
-        self._last_sql = sql
         params = predicate.values if operator == "IN" else predicate.values[:1]
         rows = self._fetch(sql, params)
         return int(rows[0][0]) if rows else None
@@ -185,9 +183,10 @@ class Prober:
                 )
             )
         for parts, favours in ((seed, OTHER), (other, SEED)):
+            first = len(self.ran)
             doubled = self._doubled_sum(parts, seed if parts is other else other)
             if doubled:
-                found.append(Evidence(dimension, self._last_sql, doubled, favours))
+                found.append(Evidence(dimension, "; ".join(self.ran[first:]), doubled, favours))
         return found
 
     def declared(self, edge: tuple[str, str]) -> bool:
@@ -226,7 +225,6 @@ class Prober:
                     continue
                 table, column = located
                 sql = f"SELECT count({column}) - count(DISTINCT {column}) FROM {table}"  # noqa: S608
-                self._last_sql = sql
                 rows = self._fetch(sql, ())
                 if rows and rows[0][0] and int(rows[0][0]) > 0:
                     return (
@@ -253,8 +251,12 @@ class Prober:
         table = self.schema.tables[item.table]
         return f"{quoted(table.schema)}.{quoted(table.name)}", quoted(item.name)
 
+    @property
+    def queries(self) -> int:
+        return len(self.ran)
+
     def _fetch(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
-        self.queries += 1
+        self.ran.append(sql)
         try:
             return self.run(sql, params)
         except QueryFailed:  # a probe that fails settles nothing
