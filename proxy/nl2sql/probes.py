@@ -6,8 +6,9 @@ Each probe says which reading the evidence supports (`Evidence.favours`: "seed",
 
     value, value column, condition   the literal looked up in its own column: a reading whose
                                      value no row holds, where the other's is held, is refuted
-    join path, tables                a join on columns no foreign key (or same-named key) links,
-                                     where the other reading joins too, by keys only, is refuted;
+    join path, tables                a join of a key with a column no foreign key (or same-named
+                                     key) links it to, where the other reading joins too, by
+                                     keys only, is refuted;
                                      an extra table whose rows repeat the join key (one-to-many)
                                      and that the reading only joins, under a SUM or AVG, counts
                                      rows twice, and is refuted
@@ -165,8 +166,8 @@ class Prober:
 
     def _joins(self, dimension: Dimension, seed: Parts, other: Parts) -> list[Evidence]:
         found: list[Evidence] = []
-        seed_loose = [e for e in seed.joins if not self.declared(e)]
-        other_loose = [e for e in other.joins if not self.declared(e)]
+        seed_loose = [e for e in seed.joins if self.loose(e)]
+        other_loose = [e for e in other.joins if self.loose(e)]
         # evidence only where both join: a reading that joins nothing is another reading, not
         # a better-keyed one
         if seed.joins and other.joins and bool(seed_loose) != bool(other_loose):
@@ -178,7 +179,7 @@ class Prober:
                     "catalog",
                     f"the {whose} joins on "
                     + ", ".join(f"{a} = {b}" for a, b in sorted(loose))
-                    + ", which no foreign key links",
+                    + ", a key and a column it does not reference",
                     OTHER if seed_loose else SEED,
                 )
             )
@@ -188,6 +189,21 @@ class Prober:
             if doubled:
                 found.append(Evidence(dimension, "; ".join(self.ran[first:]), doubled, favours))
         return found
+
+    def loose(self, edge: tuple[str, str]) -> bool:
+        """Whether a join edge equates a key (a primary key, or a foreign key's column) with a
+        column that key does not link to (`declared`). Two plain columns of the same kind
+        ("the states where both owners and professionals live": state = state) are a join on
+        values, chosen on purpose, and are not loose."""
+        if self.declared(edge):
+            return False
+        indexes = [self._index(column) for column in edge]
+        return any(i is None or self._is_key(i) for i in indexes)
+
+    def _is_key(self, column: int) -> bool:
+        return self.schema.columns[column].primary_key or any(
+            key.column == column for key in self.schema.foreign_keys
+        )
 
     def declared(self, edge: tuple[str, str]) -> bool:
         """Whether a foreign key links the two columns (either way), or they share a name and

@@ -243,7 +243,21 @@ def test_a_join_no_key_links_is_refuted(conn: psycopg.Connection[Any]) -> None:
     assert settled.chosen.candidate is settled.others[0]
     outcome, finding = settled.rows()[0]
     assert outcome.startswith("AmbiSchema join path")
-    assert finding == "the seed joins on customers.id = orders.id, which no foreign key links"
+    assert finding == (
+        "the seed joins on customers.id = orders.id, a key and a column it does not reference"
+    )
+
+
+def test_a_join_on_values_is_no_evidence(conn: psycopg.Connection[Any]) -> None:
+    # "cities that are also a state's name": city = state joins two plain columns on purpose
+    settled = Settled(
+        conn,
+        "SELECT DISTINCT a.city FROM customers AS a JOIN customers AS b ON a.city = b.state",
+        "SELECT DISTINCT a.city FROM customers AS a JOIN orders AS o ON o.customer_id = a.id",
+        unguided_seed=True,
+    )
+    assert settled.chosen.candidate is settled.seed
+    assert all("refutes" not in outcome for outcome, _ in settled.rows())
 
 
 def test_a_distinct_that_changes_a_count_is_recorded_and_settles_nothing(
