@@ -6,9 +6,10 @@ Each probe says which reading the evidence supports (`Evidence.favours`: "seed",
 
     value, value column, condition   the literal looked up in its own column: a reading whose
                                      value no row holds, where the other's is held, is refuted
-    join path, tables                a join of a key with a column no foreign key (or same-named
-                                     key) links it to, where the other reading joins too, by
-                                     keys only, is refuted;
+    join path, tables                a join the foreign keys contradict (a foreign key's column
+                                     joined to another column than the one it references, or
+                                     two tables' own keys joined), where the other reading joins
+                                     too and the keys contradict none of its joins, is refuted;
                                      an extra table whose rows repeat the join key (one-to-many)
                                      and that the reading only joins, under a SUM or AVG, counts
                                      rows twice, and is refuted
@@ -179,7 +180,7 @@ class Prober:
                     "catalog",
                     f"the {whose} joins on "
                     + ", ".join(f"{a} = {b}" for a, b in sorted(loose))
-                    + ", a key and a column it does not reference",
+                    + ", which the foreign keys contradict",
                     OTHER if seed_loose else SEED,
                 )
             )
@@ -191,19 +192,21 @@ class Prober:
         return found
 
     def loose(self, edge: tuple[str, str]) -> bool:
-        """Whether a join edge equates a key (a primary key, or a foreign key's column) with a
-        column that key does not link to (`declared`). Two plain columns of the same kind
-        ("the states where both owners and professionals live": state = state) are a join on
-        values, chosen on purpose, and are not loose."""
+        """Whether a join edge the catalog does not declare (`declared`) contradicts it: a
+        foreign key's column joined to a column other than the one it references, or two
+        tables' own primary keys joined to each other (`id = id`). A key joined to a plain
+        column may be a foreign key nobody declared, and two plain columns of one kind
+        ("the states where both owners and professionals live": state = state) a join on
+        values chosen on purpose: neither is evidence."""
         if self.declared(edge):
             return False
-        indexes = [self._index(column) for column in edge]
-        return any(i is None or self._is_key(i) for i in indexes)
-
-    def _is_key(self, column: int) -> bool:
-        return self.schema.columns[column].primary_key or any(
-            key.column == column for key in self.schema.foreign_keys
-        )
+        a, b = (self._index(column) for column in edge)
+        if a is None or b is None:
+            return False
+        columns = self.schema.columns
+        if columns[a].primary_key and columns[b].primary_key:
+            return True
+        return any(key.column in (a, b) for key in self.schema.foreign_keys)
 
     def declared(self, edge: tuple[str, str]) -> bool:
         """Whether a foreign key links the two columns (either way), or they share a name and
