@@ -98,10 +98,8 @@ class Search(Stage):
                 if candidate.unfilled:
                     self._unfilled.append(candidate)
                 continue
-            self._tried.add(candidate.sql)
-            if not self.executor.check(candidate):
+            if not self._run_new(candidate):
                 continue
-            self.executor.calibrate(candidate)
             if has_values(candidate.rows):
                 if answers(self.question, candidate.sql, self.schema, self.typed):
                     return Chosen(candidate, ANSWERED)
@@ -109,6 +107,17 @@ class Search(Stage):
                 continue
             self.fallback = self.fallback or candidate
         return None
+
+    def _run_new(self, candidate: Candidate) -> bool:
+        """Run a candidate whose SQL no strategy has run yet (with feedback on an error), and
+        calibrate it; False when it ran before or does not run."""
+        if candidate.sql in self._tried:
+            return False
+        self._tried.add(candidate.sql)
+        if not self.executor.check(candidate):
+            return False
+        self.executor.calibrate(candidate)
+        return True
 
     def _anti_joins(self, sketches: Sequence[Sketch]) -> Chosen | None:
         """Where no answer kept the question's "not": its sketches as anti-joins
@@ -140,12 +149,8 @@ class Search(Stage):
             for relaxed, left_out in relaxations(
                 candidate, self.schema, self.question, self.completer.complete
             ):
-                if relaxed.sql in self._tried:
+                if not self._run_new(relaxed):
                     continue
-                self._tried.add(relaxed.sql)
-                if not self.executor.check(relaxed):
-                    continue
-                self.executor.calibrate(relaxed)
                 if has_values(relaxed.rows):
                     return Chosen(
                         relaxed,
@@ -286,12 +291,8 @@ class Search(Stage):
                     break
                 if candidate.unguided or not self.completer.complete_plm(candidate):
                     continue
-                if candidate.sql in self._tried:
+                if not self._run_new(candidate):
                     continue
-                self._tried.add(candidate.sql)
-                if not self.executor.check(candidate):
-                    continue
-                self.executor.calibrate(candidate)
                 if has_values(candidate.rows) and answers(
                     self.question, candidate.sql, self.schema, self.typed
                 ):

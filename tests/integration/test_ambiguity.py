@@ -35,7 +35,7 @@ from proxy.nl2sql.schema import introspect
 from proxy.nl2sql.settle import Ambiguity
 from proxy.nl2sql.sketch import Sketch
 from proxy.nl2sql.trace import Trace
-from tests.fix_pg import Postgres
+from tests.fix_pg import Postgres, scratch_database
 
 pytestmark = pytest.mark.integration
 
@@ -71,23 +71,20 @@ NOWHERE = Sketch(frozenset(), frozenset(), frozenset())
 @pytest.fixture(scope="module")
 def shop(postgres: Postgres) -> Iterator[str]:
     name = "pgnl_ambiguity"
-    with postgres.connect("postgres") as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {name}")
     try:
-        with postgres.connect(name) as conn:
-            conn.execute(SHOP.encode())
-            conn.execute("DROP ROLE IF EXISTS pgnl_clerk")
-            conn.execute("CREATE ROLE pgnl_clerk LOGIN PASSWORD 'clerk'")
-            conn.execute("GRANT SELECT (id, name, city) ON customers TO pgnl_clerk")
-            conn.execute(
-                "CREATE TABLE big AS SELECT g AS id, 'v' || g AS label "
-                "FROM generate_series(1, 1000000) AS g"
-            )
-        yield name
-    finally:
+        with scratch_database(postgres, name):
+            with postgres.connect(name) as conn:
+                conn.execute(SHOP.encode())
+                conn.execute("DROP ROLE IF EXISTS pgnl_clerk")
+                conn.execute("CREATE ROLE pgnl_clerk LOGIN PASSWORD 'clerk'")
+                conn.execute("GRANT SELECT (id, name, city) ON customers TO pgnl_clerk")
+                conn.execute(
+                    "CREATE TABLE big AS SELECT g AS id, 'v' || g AS label "
+                    "FROM generate_series(1, 1000000) AS g"
+                )
+            yield name
+    finally:  # the role outlives the database its grants were in
         with postgres.connect("postgres") as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             admin.execute("DROP ROLE IF EXISTS pgnl_clerk")
 
 
