@@ -51,7 +51,7 @@ from proxy.nl2sql.answer import (
     AnswerError,
 )
 from proxy.nl2sql.budget import Budget
-from proxy.nl2sql.candidate import UNGUIDED
+from proxy.nl2sql.candidate import ANSWERED, UNGUIDED
 from proxy.nl2sql.completion import LLM, Completer
 from proxy.nl2sql.database import Database, connection_lost, sqlstate
 from proxy.nl2sql.execution import Executor
@@ -208,7 +208,7 @@ class _Run:
         if chosen is None:
             return
         ambiguity = self.pipeline.settings.ambiguity
-        if ambiguity.enabled:
+        if ambiguity.enabled and chosen.outcome == ANSWERED:
             others = search.readings(chosen, ambiguity.readings)
             chosen = Ambiguity(search.asked, search.executor, ambiguity).settle(
                 chosen, others, independent=search.sketch_answer
