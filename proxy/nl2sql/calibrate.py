@@ -488,6 +488,12 @@ def nodes_of(
             yield from nodes_of(getattr(node, name), kind, skip, inside=inside)
 
 
+def function_name(node: ast.FuncCall) -> str:
+    """A function call's name, lower-case, without its schema (`pg_catalog.count` is "count")."""
+    last = node.funcname[-1] if node.funcname else None
+    return str(last.sval).lower() if isinstance(last, ast.String) else ""
+
+
 def without_join(sql: str, table: str) -> str | None:
     """The query without its inner join of `table`, where nothing but that join's own condition
     refers to the table: what is left after calibration moved the only predicate that needed

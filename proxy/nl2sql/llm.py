@@ -38,6 +38,7 @@ from pglast.parser import ParseError, scan
 
 from proxy import metrics
 from proxy.config import ConfigError, LLMSettings
+from proxy.nl2sql.calibrate import function_name
 from proxy.nl2sql.prompts import Message
 
 if TYPE_CHECKING:
@@ -200,11 +201,6 @@ def _walk(node: object) -> Iterator[ast.Node]:
             stack.extend(getattr(item, name) for name in reversed(list(item)))
 
 
-def _function_name(node: ast.FuncCall) -> str:
-    last = node.funcname[-1] if node.funcname else None
-    return str(last.sval).lower() if isinstance(last, ast.String) else ""
-
-
 def _has_side_effects(function: str) -> bool:
     return function in _SIDE_EFFECT_FUNCTIONS or function.startswith(_SIDE_EFFECT_PREFIXES)
 
@@ -228,7 +224,7 @@ def read_only_problem(statement: ast.Node) -> str | None:
             if node.lockingClause:
                 return "FOR UPDATE or FOR SHARE, which locks rows"
         if isinstance(node, ast.FuncCall):
-            function = _function_name(node)
+            function = function_name(node)
             if _has_side_effects(function):
                 return f"a call of {function}(), which acts beyond returning rows"
     return None

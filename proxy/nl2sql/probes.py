@@ -30,10 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.nl2sql.ambiguity import Dimension
+from proxy.nl2sql.ambiguity import INTENT, VALUE, Dimension
 from proxy.nl2sql.database import QueryFailed
 from proxy.nl2sql.readings import Parts, Predicate
 from proxy.nl2sql.schema import Schema
+from proxy.valueindex.common import quote_ident
 
 SEED = "seed"
 OTHER = "other"
@@ -53,10 +54,6 @@ class Evidence:
     favours: str = OPEN  # SEED, OTHER or OPEN
 
 
-def quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 class Prober:
     """The probes of one question (its schema, its way to run queries)."""
 
@@ -74,7 +71,7 @@ class Prober:
         other_rows: Sequence[tuple[Any, ...]],
     ) -> list[Evidence]:
         """The evidence for one dimension (none where no probe applies to it)."""
-        if dimension.kind == "AmbiValue":
+        if dimension.kind == VALUE:
             return self._values(dimension)
         if dimension.name in ("tables", "join path"):
             return self._joins(dimension, seed, other)
@@ -111,7 +108,7 @@ class Prober:
             return None
         which = "seed's" if a else "other reading's"
         return Evidence(
-            Dimension("AmbiIntent", "result", "", ""),
+            Dimension(INTENT, "result", "", ""),
             "results",
             f"the {which} result holds only NULLs or empty strings",
             OTHER if a else SEED,
@@ -268,7 +265,7 @@ class Prober:
             return None
         item = self.schema.columns[index]
         table = self.schema.tables[item.table]
-        return f"{quoted(table.schema)}.{quoted(table.name)}", quoted(item.name)
+        return f"{quote_ident(table.schema)}.{quote_ident(table.name)}", quote_ident(item.name)
 
     @property
     def queries(self) -> int:

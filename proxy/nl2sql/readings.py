@@ -17,7 +17,7 @@ from pglast.enums import A_Expr_Kind
 from pglast.parser import ParseError
 from pglast.stream import RawStream
 
-from proxy.nl2sql.calibrate import nodes_of
+from proxy.nl2sql.calibrate import function_name, nodes_of
 from proxy.nl2sql.schema import Schema
 
 AGGREGATES = frozenset({"count", "sum", "avg", "min", "max"})
@@ -117,11 +117,11 @@ class _Reader:
         aggregates = frozenset(
             self._render(f)
             for f in nodes_of(top.targetList or (), ast.FuncCall, inside=True)
-            if isinstance(f, ast.FuncCall) and _function_name(f) in AGGREGATES
+            if isinstance(f, ast.FuncCall) and function_name(f) in AGGREGATES
         ) | frozenset(
             self._render(f)
             for f in nodes_of((top.havingClause, top.sortClause), ast.FuncCall, inside=True)
-            if isinstance(f, ast.FuncCall) and _function_name(f) in AGGREGATES
+            if isinstance(f, ast.FuncCall) and function_name(f) in AGGREGATES
         )
         ordering = tuple(
             f"{self._render(s.node)} {'DESC' if s.sortby_dir == 2 else 'ASC'}"
@@ -221,11 +221,6 @@ _MIRRORED = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}
 def _operator(expr: ast.A_Expr) -> str:
     names = [str(n.sval) for n in expr.name or () if isinstance(n, ast.String)]
     return names[-1] if names else ""
-
-
-def _function_name(call: ast.FuncCall) -> str:
-    names = [str(n.sval) for n in call.funcname or () if isinstance(n, ast.String)]
-    return names[-1].lower() if names else ""
 
 
 def _constant(node: object) -> str | None:
