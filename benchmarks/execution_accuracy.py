@@ -152,8 +152,10 @@ from psycopg import conninfo
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from benchmarks import query_history
 from benchmarks.completion_oracle import Executor, same_rows
 from benchmarks.proxy_overhead import free_port, read_line, workspace
+from benchmarks.query_history import LeaveOut
 from benchmarks.spider_hardness import LEVELS, Hardness, hardness
 from benchmarks.spider_pg import (
     DEV_DATABASES,
@@ -221,7 +223,9 @@ ALONE_SETTINGS = {
 }
 """The "LLM alone" mode's settings: the LLM's own query, uncorrected and uncalibrated."""
 NO_AMBIGUITY = ", no ambiguity stage"
-"""The name's ending of a mode run with PGNL_AMBIGUITY_ENABLED=false (`--without-ambiguity`)."""
+"""The name's ending of a mode run with PGNL_AMBIGUITY_ENABLED=false and
+PGNL_AMBIGUITY_HISTORY_RECORDS=0 (`--without-ambiguity`): no ambiguity stage, no query
+history."""
 
 LOG_QUERY = (
     "SELECT question, directive, chosen_sql, trace, timings_ms, candidates FROM nl.query_log "
@@ -654,6 +658,7 @@ def mode_environment(spec: ModeSpec, environ: Mapping[str, str]) -> dict[str, st
             env.update(ALONE_SETTINGS)
     if not spec.ambiguity:
         env["PGNL_AMBIGUITY_ENABLED"] = "false"
+        env["PGNL_AMBIGUITY_HISTORY_RECORDS"] = "0"
     return env
 
 
@@ -700,7 +705,10 @@ def mode_specs(
 def describe(spec: ModeSpec, environ: Mapping[str, str]) -> str:
     """One line on what the mode's proxy does, from the settings it will read."""
     if not spec.ambiguity:
-        return _describe(spec, environ) + "; no ambiguity stage (PGNL_AMBIGUITY_ENABLED=false)"
+        return (
+            _describe(spec, environ) + "; no ambiguity stage and no query history "
+            "(PGNL_AMBIGUITY_ENABLED=false, PGNL_AMBIGUITY_HISTORY_RECORDS=0)"
+        )
     return _describe(spec, environ)
 
 
@@ -1337,9 +1345,11 @@ async def ask_all(
     *,
     resumed: Resumed | None = None,
     checkpoint: Checkpoint | None = None,
+    around: Callable[[Item], contextlib.AbstractContextManager[None]] | None = None,
 ) -> None:
     """Judge every question on every mode: from the checkpoint `resumed` where it holds the
-    answer, else asked (and written to `checkpoint`)."""
+    answer, else asked (and written to `checkpoint`); `around` an item's questions (the query
+    history's leave-out)."""
     resumed = resumed or Resumed()
     started = time.perf_counter()
     total = len(run.items)
@@ -1354,24 +1364,10 @@ async def ask_all(
         view = views(item) if views is not None else None
         if view is not None:
             run.views[item.number] = view
-        for mode in run.modes:
-            key = (mode.name, item.number)
-            asked = resumed.results.get(key)
-            if asked is not None:
-                if resumed.questions.get(key) != item.question:
-                    raise BenchError(
-                        f"the checkpoint's question #{item.number} for {mode.name} is "
-                        f"{resumed.questions.get(key)!r}, not {item.question!r}: another "
-                        "dev.json? Use another --checkpoint file"
-                    )
-                asked = dataclasses.replace(asked)  # the loss is recomputed below
-            else:
-                asked = await asker(mode, item, rows, ordered)
-                mode.asked_now += 1
-            asked.loss = attribute(asked, view)
-            mode.results[item.number] = asked
-            if key not in resumed.results and checkpoint is not None:
-                checkpoint.write(record_of(mode.name, item, asked))
+        with around(item) if around is not None else contextlib.nullcontext():
+            await _ask_modes(
+                run, item, rows, ordered, asker=asker, resumed=resumed, checkpoint=checkpoint
+            )
         if position % 10 == 0 or position == total:
             parts = []
             for mode in run.modes:
@@ -1386,6 +1382,37 @@ async def ask_all(
             progress(f"[{position}/{total}] {'; '.join(parts)}; {elapsed:.0f} s")
     run.gold_failures = list(gold.failures)
     run.gold_disagreements = list(gold.disagreements)
+
+
+async def _ask_modes(
+    run: Run,
+    item: Item,
+    rows: Rows,
+    ordered: bool,
+    *,
+    asker: Asker,
+    resumed: Resumed,
+    checkpoint: Checkpoint | None,
+) -> None:
+    view = run.views.get(item.number)
+    for mode in run.modes:
+        key = (mode.name, item.number)
+        asked = resumed.results.get(key)
+        if asked is not None:
+            if resumed.questions.get(key) != item.question:
+                raise BenchError(
+                    f"the checkpoint's question #{item.number} for {mode.name} is "
+                    f"{resumed.questions.get(key)!r}, not {item.question!r}: another "
+                    "dev.json? Use another --checkpoint file"
+                )
+            asked = dataclasses.replace(asked)  # the loss is recomputed below
+        else:
+            asked = await asker(mode, item, rows, ordered)
+            mode.asked_now += 1
+        asked.loss = attribute(asked, view)
+        mode.results[item.number] = asked
+        if key not in resumed.results and checkpoint is not None:
+            checkpoint.write(record_of(mode.name, item, asked))
 
 
 class Runner:
@@ -1880,6 +1907,10 @@ async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.
     dsns = prepare_databases(admin_dsn, db_ids)
     gold = Gold(dsns)
     stack.callback(gold.close)
+    leave_out = LeaveOut(dsns, args.history)
+    stack.callback(leave_out.close)
+    if args.history != query_history.NONE:
+        learn_history(dsns, db_ids)
     upstream = upstream_of(admin_dsn)
     modes: list[Mode] = []
     runners: dict[str, Runner] = {}
@@ -1912,7 +1943,15 @@ async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.
     started = time.perf_counter()
     try:
         views = sketches.view if sketches else None
-        await ask_all(run, gold, views, asker, resumed=resumed, checkpoint=checkpoint)
+        await ask_all(
+            run,
+            gold,
+            views,
+            asker,
+            resumed=resumed,
+            checkpoint=checkpoint,
+            around=lambda item: leave_out.around(item.db_id, item.gold_pg),
+        )
         for mode in modes:
             reading = runners[mode.name].memory()
             if reading is not None:
@@ -1930,6 +1969,24 @@ async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.
         f"{time.perf_counter() - started:.0f} s"
     )
     return run
+
+
+def learn_history(dsns: Mapping[str, str], db_ids: Sequence[str]) -> None:
+    """Each database's query history: the gold statements of all its dev questions
+    (`benchmarks.query_history`)."""
+    every, _, _ = dev_items(list(db_ids), 0, 0, 0)
+    statements: dict[str, list[str]] = {db_id: [] for db_id in db_ids}
+    for item in every:
+        if item.gold_pg is not None:
+            statements[item.db_id].append(item.gold_pg)
+    started = time.perf_counter()
+    reports = query_history.learn_gold(dsns, statements, load_embedder())
+    added = sum(r.added for r in reports.values())
+    skipped = sum(r.skipped for r in reports.values())
+    progress(
+        f"query history: {added} records over {len(reports)} databases ({skipped} gold "
+        f"statements not read as one SELECT), {time.perf_counter() - started:.1f} s"
+    )
 
 
 def _kinds(text: str) -> list[str]:
@@ -2031,6 +2088,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="beside PLM-only and each full mode, the same mode without the ambiguity stage "
         "(PGNL_AMBIGUITY_ENABLED=false), side by side",
+    )
+    parser.add_argument(
+        "--history",
+        choices=query_history.SETTINGS,
+        default=query_history.NONE,
+        help="each database's query history made of the gold SQL of its dev questions, without "
+        "their questions; while a question is asked its own statement is left out "
+        "(leave-one-out), or every statement of its pattern (leave-pattern-out). Default: none",
     )
     parser.add_argument(
         "--no-query-log",

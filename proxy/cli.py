@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from proxy import config
@@ -89,9 +90,10 @@ index and ask, and the superuser_reserved_connections (3)."""
 
 
 def embedded_server_settings(settings: config.Settings) -> dict[str, str]:
-    """The embedded server's max_connections: room for every client the proxy accepts."""
+    """The embedded server's max_connections (room for every client the proxy accepts), and
+    pg_stat_statements loaded, so that `pgnl learn` can read the database's query history."""
     limit = settings.proxy.max_client_connections + EMBEDDED_SPARE_CONNECTIONS
-    return {"max_connections": str(limit)}
+    return {"max_connections": str(limit), "shared_preload_libraries": "pg_stat_statements"}
 
 
 def cmd_serve(settings: config.Settings) -> int:
@@ -279,6 +281,53 @@ def cmd_index(settings: config.Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_learn(settings: config.Settings, args: argparse.Namespace) -> int:
+    import psycopg
+
+    from proxy.learn import FILE, QUERY_LOG, STAT_STATEMENTS, LearnError, learn
+    from proxy.runtime import ModelFilesError, load_embedder
+    from proxy.valueindex import ValueIndexError
+
+    sources = [
+        source
+        for source, off in (
+            (STAT_STATEMENTS, args.no_stat_statements),
+            (QUERY_LOG, args.no_query_log),
+        )
+        if not off
+    ]
+    try:
+        texts = [Path(f).read_text(encoding="utf-8") for f in args.file]
+    except OSError as exc:
+        print(f"pgnl: learn --file: {exc}", file=sys.stderr)
+        return 1
+    if not sources and not texts:
+        print(
+            "pgnl: learn: nothing to read (give --file, or leave pg_stat_statements or "
+            "nl.query_log on)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        embedder = load_embedder(settings.runtime)
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            report = learn(
+                conn,
+                embedder,
+                sources=sources + ([FILE] if texts else []),
+                files=texts,
+                progress=not args.no_progress,
+            )
+    except (LearnError, ModelFilesError, ValueIndexError) as exc:
+        print(f"pgnl: {exc}", file=sys.stderr)
+        return 1
+    except psycopg.Error as exc:
+        print(f"pgnl: learn failed: {_database_error(exc)}", file=sys.stderr)
+        return 1
+    print(report.summary())
+    return 0
+
+
 def _table(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
     """Rows aligned under their column names, as psql prints them."""
     shown = [["" if v is None else str(v) for v in row] for row in rows]
@@ -405,6 +454,24 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--batch-size", type=int, help="values embedded together")
     index.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
 
+    learn = commands.add_parser(
+        "learn",
+        help="learn a database's query history (pg_stat_statements, nl.query_log, SQL files) "
+        "for later questions (after pgnl migrate)",
+    )
+    learn.add_argument("--dsn", required=True, help="the database, as a libpq DSN or URI")
+    learn.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        help="a file of SQL statements that run on the database (repeatable)",
+    )
+    learn.add_argument(
+        "--no-stat-statements", action="store_true", help="do not read pg_stat_statements"
+    )
+    learn.add_argument("--no-query-log", action="store_true", help="do not read nl.query_log")
+    learn.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+
     ask = commands.add_parser(
         "ask", help="answer a question from the command line (the SQL, then the rows)"
     )
@@ -460,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         "rules": cmd_rules,
         "migrate": lambda settings: cmd_migrate(settings, args),
         "index": lambda settings: cmd_index(settings, args),
+        "learn": lambda settings: cmd_learn(settings, args),
         "ask": lambda settings: cmd_ask(settings, args),
         "doctor": lambda settings: cmd_doctor(settings, args),
     }

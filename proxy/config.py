@@ -504,9 +504,10 @@ class AmbiguitySettings:
     readings: int = field(
         default=2,
         metadata=_doc(
-            "Other readings compared with the chosen answer: the next ranked sketches that "
-            "answer, completed by the small models (no LLM call), besides the sketch models' "
-            "answer under [llm] selection llm-first."
+            "Other readings compared with the chosen answer where the database has a query "
+            "history (pgnl learn): the next ranked sketches that answer, completed by the small "
+            "models (no LLM call). Besides them, and without a history the only one: the "
+            "sketch models' answer under [llm] selection llm-first."
         ),
     )
     probe_budget_s: float = field(
@@ -514,6 +515,36 @@ class AmbiguitySettings:
         metadata=_doc(
             "Seconds the probes of one question may take in all (each query also has "
             "[pipeline] statement_timeout_s); what is not probed in time stays open."
+        ),
+    )
+    history_records: int = field(
+        default=8,
+        metadata=_doc(
+            "Records of the database's query history (nl.ambiguity, written by pgnl learn) "
+            "retrieved for a question, the nearest first, among those the asking role may "
+            "read. 0: the history is not used."
+        ),
+    )
+    history_examples: int = field(
+        default=3,
+        metadata=_doc(
+            "Of the retrieved records, the statements shown to the LLM as examples of the SQL "
+            "that runs on the database (0: none)."
+        ),
+    )
+    history_min_similarity: float = field(
+        default=0.5,
+        metadata=_doc(
+            "How close (cosine, 0 to 1) a record's question, or its statement in words, must "
+            "be to the question to be shown to the LLM as an example."
+        ),
+    )
+    history_margin: float = field(
+        default=0.1,
+        metadata=_doc(
+            "How much closer (0 to 1) a reading the data leaves open must match the history "
+            "than the chosen answer does to replace it (see docs/method.md, 'The query "
+            "history')."
         ),
     )
 

@@ -40,6 +40,7 @@ from typing import Protocol
 
 from proxy.directives import Directive, DirectiveError, DirectiveKind, parse
 from proxy.nl2sql.answer import Answer, AnswerError
+from proxy.nl2sql.database import PGNL_MARK
 from proxy.nl2sql.querylog import insert_statement
 from proxy.rewrite import (
     QUERY_CANCELED,
@@ -209,7 +210,7 @@ def _segment(
     notices: list[str] = []
     for item in parses:
         rendered = yield from _answer(context, item, outcome)
-        _set_query(context, item, rendered.sql)
+        _set_query(context, item, PGNL_MARK + rendered.sql if rendered.sql else rendered.sql)
         notices += rendered.notices
     for notice in notices:
         context.emit(_notice(notice).encode(context.codec))

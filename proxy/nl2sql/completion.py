@@ -51,8 +51,10 @@ class Completer(Stage):
         selection: str,
         max_completions: int,
         disabled_rules: frozenset[str] = frozenset(),
+        examples: Sequence[str] = (),
     ) -> None:
         super().__init__(question)
+        self.examples = tuple(examples)  # statements of the query history near the question
         self.grounding = grounding
         self.llm = llm
         self.selection = selection  # [llm] selection
@@ -73,7 +75,11 @@ class Completer(Stage):
         if self.search_llm is not None and self.completions < self.max_completions:
             self.completions += 1
             messages = sketch_completion(
-                self.question, self.schema, candidate.sketch, self.grounding.samples_for(candidate)
+                self.question,
+                self.schema,
+                candidate.sketch,
+                self.grounding.samples_for(candidate),
+                examples=self.examples,
             )
             if self._ask_llm(candidate, messages, "LLM"):
                 return True
@@ -84,7 +90,9 @@ class Completer(Stage):
         sketch."""
         if self.llm is None:
             return False
-        messages = unguided_completion(self.question, self.schema, self.grounding.samples)
+        messages = unguided_completion(
+            self.question, self.schema, self.grounding.samples, examples=self.examples
+        )
         return self._ask_llm(candidate, messages, "LLM, without the sketch")
 
     def _ask_llm(self, candidate: Candidate, messages: list[Message], outcome: str) -> bool:

@@ -65,3 +65,20 @@ class PsycopgDatabase:
                 )
             cur.execute(query.encode(), list(params))
             return cur.fetchall() if cur.description is not None else []
+
+
+PGNL_MARK = "/* pgnl */ "
+"""The comment every query of the pipeline begins with: pg_stat_statements keeps it, and
+`pgnl learn` leaves such statements out of the history (it is the users' SQL, not pgnl's)."""
+
+
+class Marked:
+    """`Database` over another one, each query marked as pgnl's own (`PGNL_MARK`)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def fetch(
+        self, query: str, params: Sequence[object] = (), *, timeout_s: float | None = None
+    ) -> list[tuple[Any, ...]]:
+        return self.db.fetch(PGNL_MARK + query, params, timeout_s=timeout_s)

@@ -9,6 +9,9 @@ ZeroNL2SQL's Algorithm 2 as a declared sequence of stages (`STAGES`), each timed
                catalog fingerprint, so DDL or a grant is seen on the next question and nothing
                else is re-read
     lookup     the values the question names word for word, by column (`grounding`)
+    history    the records of the database's query history nearest the question, among those
+               the role may read (`history`; written by `pgnl learn`): examples for the LLM,
+               and the prior the ambiguity stage weighs open readings by
     sketch     ranked sketches: the sketch model's top-k SELECT x KEYWORDS x FROM, re-ranked by
                the aligner and repaired by the sketch rules (`sketcher`, `rules`)
     values     (PLM-only) the values of each WHERE column that the question names, found in the
@@ -24,8 +27,9 @@ ZeroNL2SQL's Algorithm 2 as a declared sequence of stages (`STAGES`), each timed
                order it tries them, the checks an answer passes in `answer_checks`)
     ambiguity  the choice against the question's other readings: where they return other rows,
                the differences named and probed in the data, the choice repaired or replaced
-               where the data refutes it, a NOTICE naming a reading left open (`settle`,
-               `ambiguity`, `probes`)
+               where the data refutes it, or where the query history matches another reading
+               the data leaves open clearly better; a NOTICE naming a reading left open
+               (`settle`, `ambiguity`, `probes`)
 
 Every query goes through the `Database` the caller gives, as its role, with [pipeline]
 statement_timeout_s each, all of a question's within [pipeline] budget_s (`budget`): the
@@ -53,9 +57,10 @@ from proxy.nl2sql.answer import (
 from proxy.nl2sql.budget import Budget
 from proxy.nl2sql.candidate import ANSWERED, UNGUIDED
 from proxy.nl2sql.completion import LLM, Completer
-from proxy.nl2sql.database import Database, connection_lost, sqlstate
+from proxy.nl2sql.database import Database, Marked, connection_lost, sqlstate
 from proxy.nl2sql.execution import Executor
 from proxy.nl2sql.grounding import Grounding
+from proxy.nl2sql.history import History, Retrieved, examples
 from proxy.nl2sql.intent import WRITE_REQUEST, write_request
 from proxy.nl2sql.question import Question
 from proxy.nl2sql.schema import Schema, SchemaCache
@@ -84,6 +89,7 @@ STAGES = (
     "intent",
     "schema",
     "lookup",
+    "history",
     "sketch",
     "values",
     "complete",
@@ -135,7 +141,7 @@ class _Run:
         self.pipeline = pipeline
         self.settings = pipeline.settings.pipeline
         self.question = question
-        self.db = db
+        self.db = Marked(db)
         self.trace = Trace(question)
         self.result = self.trace.result
         self.budget = Budget(self.settings.budget_s)
@@ -179,7 +185,8 @@ class _Run:
                 )
                 return
             step.outcome = f"{len(schema.tables)} tables, {len(schema.columns)} columns"
-        grounding, search = self._stages(schema)
+        near = self._history()
+        grounding, search = self._stages(schema, near)
         with self.trace.stage("lookup") as step:
             values, step.outcome = grounding.spoken_values()
             if values is not None:
@@ -209,8 +216,10 @@ class _Run:
             return
         ambiguity = self.pipeline.settings.ambiguity
         if ambiguity.enabled and chosen.outcome == ANSWERED:
-            others = search.readings(chosen, ambiguity.readings)
-            chosen = Ambiguity(search.asked, search.executor, ambiguity).settle(
+            # The next ranked sketches are weighed by the query history: without one, the
+            # sketch models' answer beside the LLM's is the only other reading.
+            others = search.readings(chosen, ambiguity.readings if near else 0)
+            chosen = Ambiguity(search.asked, search.executor, ambiguity, near).settle(
                 chosen, others, independent=search.sketch_answer
             )
         result.error = None
@@ -228,7 +237,31 @@ class _Run:
             "chose candidate %d (%s): %s", chosen.candidate.number, chosen.outcome, result.sql
         )
 
-    def _stages(self, schema: Schema) -> tuple[Grounding, Search]:
+    def _history(self) -> list[Retrieved]:
+        """The query history's records nearest the question ([ambiguity] history_records)."""
+        k = self.pipeline.settings.ambiguity.history_records
+        embedder = self.pipeline.embedder
+        if k <= 0 or embedder is None:
+            return []
+        with self.trace.stage("history") as step:
+            try:
+                near = History(self.db, embedder, timeout_s=self.settings.statement_timeout_s).near(
+                    self.question, k
+                )
+            except Exception as exc:
+                state = sqlstate(exc)
+                if connection_lost(state):
+                    raise
+                step.outcome = f"not read: {state}: {one_line(str(exc))}"
+                return []
+            if not near:
+                step.outcome = "no records"
+                return []
+            step.outcome = f"{len(near)} records, the nearest {near[0].similarity:.2f} close"
+            step.note = one_line(near[0].statement, 200)
+        return near
+
+    def _stages(self, schema: Schema, near: list[Retrieved]) -> tuple[Grounding, Search]:
         """The question's stages over its schema, sharing its trace, value index and LLM."""
         settings = self.pipeline.settings
         question = Question.over(self.question, schema, self.trace)
@@ -248,6 +281,11 @@ class _Run:
             selection=settings.llm.selection,
             max_completions=settings.llm.max_completions,
             disabled_rules=self.disabled_rules,
+            examples=examples(
+                near,
+                settings.ambiguity.history_examples,
+                settings.ambiguity.history_min_similarity,
+            ),
         )
         executor = Executor(
             question,

@@ -11,6 +11,9 @@ probed (`probes`), within [ambiguity] probe_budget_s. Then:
   along the refuted value dimensions (its literal replaced by the other reading's, on the same
   column) when those are all it got wrong and the repair returns values, else the other
   reading is chosen;
+- otherwise, where a reading the data leaves open matches the database's query history
+  (`history.support`) better than the seed by [ambiguity] history_margin, it is chosen: the
+  users of the database write their queries that way;
 - otherwise the seed stands; where a reading differs and nothing refuted it, the dimension
   stays open, in the trace; a NOTICE names that reading with its SQL where the user can tell
   the readings apart by a value, or where it is the other model's answer (`_worth_a_notice`).
@@ -36,6 +39,7 @@ from proxy.nl2sql.calibrate import nodes_of
 from proxy.nl2sql.candidate import ANSWERED, Candidate, Chosen, has_values
 from proxy.nl2sql.database import QueryFailed, connection_lost, sqlstate
 from proxy.nl2sql.execution import Executor
+from proxy.nl2sql.history import Retrieved, support
 from proxy.nl2sql.probes import OTHER, SEED, Evidence, Prober
 from proxy.nl2sql.question import Question, Stage
 from proxy.nl2sql.readings import Parts, Predicate, read
@@ -47,6 +51,7 @@ NOTICE_READINGS = 2  # other readings a NOTICE names at most
 @dataclass
 class _Comparison:
     other: Candidate
+    parts: Parts
     dimensions: list[Dimension]
     evidence: list[Evidence]
 
@@ -62,10 +67,17 @@ class _Comparison:
 class Ambiguity(Stage):
     """One question's ambiguity stage."""
 
-    def __init__(self, question: Question, executor: Executor, settings: AmbiguitySettings) -> None:
+    def __init__(
+        self,
+        question: Question,
+        executor: Executor,
+        settings: AmbiguitySettings,
+        history: Sequence[Retrieved] = (),
+    ) -> None:
         super().__init__(question)
         self.executor = executor
         self.settings = settings
+        self.history = history  # the query history's records nearest the question
         self.budget = Budget(settings.probe_budget_s)
         self.prober = Prober(self.schema, self._run)
         self.comparisons: list[_Comparison] = []
@@ -103,6 +115,9 @@ class Ambiguity(Stage):
             self.comparisons.append(comparison)
             if comparison.seed_refuted and not comparison.other_refuted:
                 return self._replace(chosen, comparison)
+        preferred = self._by_history(chosen, seed_parts)
+        if preferred is not None:
+            return preferred
         return self._keep(chosen, agreeing)
 
     # ------------------------------------------------------------------ comparing
@@ -126,7 +141,7 @@ class Ambiguity(Stage):
             with self.trace.stage("ambiguity", other) as step:
                 step.note = degenerate.finding
                 step.outcome = "result: " + _verdict([degenerate], seed, other)
-        return _Comparison(other, found, evidence)
+        return _Comparison(other, other_parts, found, evidence)
 
     def _run(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         """One probe, within the probe budget and the question's (OutOfTime once either is
@@ -192,6 +207,35 @@ class Ambiguity(Stage):
         except OutOfTime:
             return None
         return repaired if ran and has_values(repaired.rows) else None
+
+    def _by_history(self, chosen: Chosen, seed_parts: Parts) -> Chosen | None:
+        """The open reading the query history matches best, where it matches it better than
+        the seed by [ambiguity] history_margin; None otherwise."""
+        if not self.history:
+            return None
+        seed = chosen.candidate
+        seed_support, _ = support(seed_parts, self.history)
+        best: tuple[float, _Comparison, Retrieved] | None = None
+        for comparison in self.comparisons:
+            if comparison.other_refuted or comparison.seed_refuted:
+                continue
+            score, record = support(comparison.parts, self.history)
+            if record is not None and (best is None or score > best[0]):
+                best = (score, comparison, record)
+        if best is None or best[0] < seed_support + self.settings.history_margin:
+            return None
+        score, comparison, record = best
+        with self.trace.stage("ambiguity", comparison.other) as step:
+            step.note = (
+                f"the history's nearest match ({record.similarity:.2f} close to the question, "
+                f"{record.calls} calls): {one_line(record.statement, 200)}"
+            )
+            step.outcome = (
+                f"candidate {comparison.other.number} instead of the seed (candidate "
+                f"{seed.number}): it matches the query history {score:.2f}, the seed "
+                f"{seed_support:.2f}"
+            )
+        return Chosen(comparison.other, ANSWERED, chosen.notice)
 
     def _keep(self, chosen: Chosen, agreeing: int) -> Chosen:
         seed = chosen.candidate
