@@ -533,7 +533,7 @@ class AmbiguitySettings:
         ),
     )
     history_min_similarity: float = field(
-        default=0.5,
+        default=0.3,
         metadata=_doc(
             "How close (cosine, 0 to 1) a record's question, or its statement in words, must "
             "be to the question to be shown to the LLM as an example."

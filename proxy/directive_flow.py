@@ -210,7 +210,7 @@ def _segment(
     notices: list[str] = []
     for item in parses:
         rendered = yield from _answer(context, item, outcome)
-        _set_query(context, item, PGNL_MARK + rendered.sql if rendered.sql else rendered.sql)
+        _set_query(context, item, rendered.sql + PGNL_MARK if rendered.sql else rendered.sql)
         notices += rendered.notices
     for notice in notices:
         context.emit(_notice(notice).encode(context.codec))

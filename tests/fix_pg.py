@@ -185,7 +185,14 @@ def postgres() -> Iterator[Postgres]:
     base = Path(tempfile.mkdtemp(prefix="pgnl-test-"))
     port = free_port()
     server = EmbeddedPostgres.throwaway(base, f"pgnl-test-{os.getpid()}", port)
-    server.start({"fsync": "off", "max_connections": "300", "log_min_messages": "warning"})
+    server.start(
+        {
+            "fsync": "off",
+            "max_connections": "300",
+            "log_min_messages": "warning",
+            "shared_preload_libraries": "pg_stat_statements",
+        }
+    )
     try:
         hba = [f"host all {role} 127.0.0.1/32 {method}" for role, (_, method) in ROLES.items()]
         server.set_hba([*hba, "host all all 127.0.0.1/32 scram-sha-256"])

@@ -67,9 +67,10 @@ class PsycopgDatabase:
             return cur.fetchall() if cur.description is not None else []
 
 
-PGNL_MARK = "/* pgnl */ "
-"""The comment every query of the pipeline begins with: pg_stat_statements keeps it, and
-`pgnl learn` leaves such statements out of the history (it is the users' SQL, not pgnl's)."""
+PGNL_MARK = "\n/* pgnl */"
+"""The comment every query pgnl runs of its own accord ends with (the pipeline's, the value
+index's scans): pg_stat_statements keeps a statement's trailing comments (not its leading
+ones), and `pgnl learn` leaves such statements out of the history, which is the users' SQL."""
 
 
 class Marked:
@@ -81,4 +82,4 @@ class Marked:
     def fetch(
         self, query: str, params: Sequence[object] = (), *, timeout_s: float | None = None
     ) -> list[tuple[Any, ...]]:
-        return self.db.fetch(PGNL_MARK + query, params, timeout_s=timeout_s)
+        return self.db.fetch(query + PGNL_MARK, params, timeout_s=timeout_s)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from proxy.config import IndexSettings
+from proxy.nl2sql.database import PGNL_MARK
 from proxy.valueindex.common import ColumnRef
 from proxy.valueindex.connection import IndexConnection
 
@@ -243,7 +244,9 @@ def sample_values(conn: IndexConnection, column: ColumnInfo) -> list[str]:
     query = sql.SQL(
         "SELECT DISTINCT v FROM (SELECT {name}::text AS v FROM {table} WHERE {name} IS NOT NULL "
         "LIMIT {rows}) s LIMIT {distinct}"
-    ).format(name=name, table=table, rows=SAMPLE_ROWS, distinct=SAMPLE_DISTINCT)
+    ).format(name=name, table=table, rows=SAMPLE_ROWS, distinct=SAMPLE_DISTINCT) + sql.SQL(
+        PGNL_MARK
+    )
     return [row[0] for row in conn.rows(query)]
 
 
@@ -268,7 +271,7 @@ def read_values(conn: IndexConnection, column: ColumnInfo, settings: IndexSettin
         length=settings.max_value_length,
         octets=MAX_VALUE_BYTES,
         limit=cap + 1,
-    )
+    ) + sql.SQL(PGNL_MARK)
     rows = conn.rows(query)
     distinct_total = next(int(n) for v, n in rows if v is None)
     fetched = [(v, int(n)) for v, n in rows if v is not None]

@@ -9,13 +9,15 @@ probe budget.
 - a join on columns no key links is refuted where the other reading joins by its key;
 - a DISTINCT that changes a count is recorded, and settles nothing;
 - a probe the role may not run settles nothing (and reads nothing);
-- the probe budget holds on a 1M-row table.
+- the probe budget holds on a 1M-row table;
+- a reading the data leaves open is chosen where the query history matches it clearly better
+  than the seed, and only then.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -29,9 +31,10 @@ from proxy.nl2sql.completion import Completer
 from proxy.nl2sql.database import PsycopgDatabase
 from proxy.nl2sql.execution import Executor
 from proxy.nl2sql.grounding import Grounding
+from proxy.nl2sql.history import Retrieved, record_of
 from proxy.nl2sql.question import Question
 from proxy.nl2sql.readings import Parts, Predicate, read
-from proxy.nl2sql.schema import introspect
+from proxy.nl2sql.schema import Schema, introspect
 from proxy.nl2sql.settle import Ambiguity
 from proxy.nl2sql.sketch import Sketch
 from proxy.nl2sql.trace import Trace
@@ -98,6 +101,7 @@ class Settled:
         *others: str,
         unguided_seed: bool = False,
         settings: AmbiguitySettings | None = None,
+        history: Sequence[str] = (),
     ) -> None:
         config = Settings()
         db = PsycopgDatabase(conn)
@@ -117,7 +121,8 @@ class Settled:
         )
         self.seed = self.candidate(db, UNGUIDED if unguided_seed else 1, seed)
         self.others = [self.candidate(db, n, sql) for n, sql in enumerate(others, start=2)]
-        self.stage = Ambiguity(asked, executor, settings or config.ambiguity)
+        near = [_retrieved(sql, self.schema) for sql in history]
+        self.stage = Ambiguity(asked, executor, settings or config.ambiguity, near)
         start = time.perf_counter()
         self.chosen = self.stage.settle(
             Chosen(self.seed, ANSWERED),
@@ -145,6 +150,13 @@ class Settled:
     @property
     def last(self) -> str:
         return self.rows()[-1][0]
+
+
+def _retrieved(sql: str, schema: Schema, similarity: float = 0.9) -> Retrieved:
+    """A statement of the query history as the history stage retrieves it."""
+    record = record_of(sql, schema)
+    assert record is not None
+    return Retrieved(sql, frozenset(record.features), None, 1, similarity)
 
 
 @pytest.fixture
@@ -316,3 +328,38 @@ def test_the_probe_budget_holds_on_a_million_rows(conn: psycopg.Connection[Any])
     assert 1 <= bounded.stage.prober.queries < unbounded.stage.prober.queries
     assert bounded.seconds < 1.5
     assert bounded.chosen.candidate is bounded.seed
+
+
+def test_an_open_reading_the_history_matches_better_is_chosen(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # "customers in New York" again: the data holds both readings, and the database's users
+    # filter customers by their city
+    readings = (
+        "SELECT name FROM customers WHERE state = 'New York'",
+        "SELECT name FROM customers WHERE city = 'New York'",
+    )
+    history = ["SELECT name FROM customers WHERE city = 'Albany'"]
+    settled = Settled(conn, *readings, history=history)
+    assert settled.chosen.candidate is settled.others[0]
+    assert settled.last == (
+        "candidate 2 instead of the seed (candidate 1): it matches the query history 0.90, "
+        "the seed 0.45"
+    )
+    assert settled.rows()[-1][1].startswith("the history's nearest match (0.90 close")
+    # without a history, or one that matches both readings alike, the seed stands
+    assert Settled(conn, *readings).chosen.candidate.sql == readings[0]
+    alike = ["SELECT name FROM customers WHERE city = 'Albany' AND state = 'New York'"]
+    assert Settled(conn, *readings, history=alike).chosen.candidate.sql == readings[0]
+
+
+def test_the_history_never_overrules_the_data(conn: psycopg.Connection[Any]) -> None:
+    # the history filters by state, but no customer's state is Buffalo: the data decides
+    settled = Settled(
+        conn,
+        "SELECT name FROM customers WHERE state = 'Buffalo'",
+        "SELECT name FROM customers WHERE city = 'Buffalo'",
+        history=["SELECT name FROM customers WHERE state = 'Ohio'"],
+    )
+    assert settled.chosen.candidate is settled.others[0]
+    assert "whose reading the data refutes" in settled.last

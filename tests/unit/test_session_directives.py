@@ -5,6 +5,7 @@ tests/integration/test_directives.py)."""
 from __future__ import annotations
 
 from proxy.nl2sql.answer import Answer, AnswerError
+from proxy.nl2sql.database import PGNL_MARK
 from proxy.session import CancelKeys, Session
 from proxy.upstream import FetchResult, UpstreamQueryError
 from proxy.wire.messages import (
@@ -106,7 +107,8 @@ def run_query(session: Session, io: Recorder, status: str = "I") -> list[tuple[b
     """The rewritten statement of a simple-Query directive went upstream: reply with one row."""
     messages = sent(io)
     assert [k for k, _ in messages] == [b"P", b"B", b"D", b"E", b"S"]
-    assert Parse.decode(messages[0][1]).query == SQL.encode()
+    # marked as pgnl's, so that `pgnl learn` tells it from the users' own SQL
+    assert Parse.decode(messages[0][1]).query == (SQL + PGNL_MARK).encode()
     session.server_data(
         PARSED + BOUND + row_description() + DataRow((b"4",)).encode() + c("SELECT 1") + z("T")
     )

@@ -1,0 +1,231 @@
+"""The query history on the demo's university database: `pgnl learn` from a file, from
+pg_stat_statements and from nl.query_log; what a role may retrieve; the history stage and the
+examples the LLM is shown (a real HTTP server speaking the OpenAI API, tests/fix_llm.py).
+
+- a file's SELECTs become records, what is not one SELECT over the database's tables is
+  skipped, and a second run embeds nothing again;
+- pg_stat_statements gives the users' statements, not those pgnl ran for a question;
+- nl.query_log gives the answers that were not asked again, with their questions;
+- a role retrieves only the records whose every table and column it may read;
+- the pipeline retrieves the records nearest a question (stage `history`) and shows the
+  nearest statements to the LLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from proxy.config import LLMSettings, Settings
+from proxy.learn import FILE, QUERY_LOG, STAT_STATEMENTS, learn
+from proxy.nl2sql.database import PGNL_MARK, PsycopgDatabase
+from proxy.nl2sql.history import History
+from proxy.nl2sql.llm import BlockingLLM
+from proxy.nl2sql.pipeline import load_pipeline
+from proxy.runtime import load_embedder
+from tests.fix_llm import ScriptedLLM
+from tests.fix_pg import Postgres, demo_database
+from tests.fix_proxy import run_pgnl
+
+pytestmark = pytest.mark.integration
+
+DB = "pgnl_history"
+CITIES = "SELECT first_name, last_name FROM students WHERE home_city = 'Boston'"
+CREDITS = (
+    "SELECT c.title FROM courses AS c JOIN departments AS d ON d.id = c.department_id "
+    "WHERE d.name = 'Physics' ORDER BY c.credits DESC LIMIT 1"
+)
+LOG = "\n".join(
+    (
+        f"{CITIES};",
+        f"{CREDITS};",
+        "SELECT count(*) FROM enrollments WHERE grade = 'A';",
+        "UPDATE students SET home_city = 'Nowhere' WHERE id = 1;",
+        "SELECT 1;",
+        "SELECT relname FROM pg_class;",
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def university(postgres: Postgres) -> Iterator[str]:
+    def setup(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("DROP ROLE IF EXISTS pgnl_registrar")
+        conn.execute("CREATE ROLE pgnl_registrar LOGIN PASSWORD 'registrar'")
+        # the registrar may read students' names and cities, and courses: not departments
+        conn.execute(
+            "GRANT SELECT (id, first_name, last_name, home_city) ON students TO pgnl_registrar"
+        )
+        conn.execute("GRANT SELECT ON courses TO pgnl_registrar")
+
+    try:
+        with demo_database(postgres, DB, setup) as dsn:
+            yield dsn
+    finally:
+        with postgres.connect("postgres") as admin:
+            admin.execute("DROP ROLE IF EXISTS pgnl_registrar")
+
+
+@pytest.fixture
+def admin(university: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(university, autocommit=True) as conn:
+        conn.execute("DELETE FROM nl.ambiguity")
+        yield conn
+
+
+def statements(conn: psycopg.Connection[Any]) -> dict[str, tuple[str, int, str | None]]:
+    rows = conn.execute("SELECT statement, source, calls, question FROM nl.ambiguity").fetchall()
+    return {s: (source, calls, question) for s, source, calls, question in rows}
+
+
+def test_a_file_becomes_records_and_a_second_run_embeds_nothing_again(
+    admin: psycopg.Connection[Any],
+) -> None:
+    embedder = load_embedder()
+    report = learn(admin, embedder, sources=(), files=[LOG, CITIES], progress=False)
+    assert report.read == {FILE: 7}
+    assert (report.added, report.updated, report.skipped) == (3, 0, 3)
+    found = statements(admin)
+    assert found[CITIES] == (FILE, 2, None)  # twice in the files
+    assert set(found) == {CITIES, CREDITS, "SELECT count(*) FROM enrollments WHERE grade = 'A'"}
+    features, values = admin.execute(
+        "SELECT features, filter_values FROM nl.ambiguity WHERE statement = %s", [CREDITS]
+    ).fetchone() or ([], {})
+    assert "join courses.department_id = departments.id" in features
+    assert "filter departments.name =" in features and "order courses.credits DESC" in features
+    assert values == {"departments.name": ["Physics"]}
+    again = learn(admin, embedder, sources=(), files=[LOG], progress=False)
+    assert (again.added, again.updated) == (0, 3)
+    assert statements(admin)[CITIES][1] == 2  # the count is not added up again
+
+
+def test_pg_stat_statements_gives_the_users_sql_not_pgnls(
+    admin: psycopg.Connection[Any], university: str
+) -> None:
+    admin.execute("SELECT title FROM courses WHERE credits > 3").fetchall()
+    with psycopg.connect(university) as conn:  # pgnl's own queries for a question
+        conn.read_only = True
+        answer = load_pipeline(Settings()).answer(
+            "which students live in chicago?", PsycopgDatabase(conn)
+        )
+    assert answer.sql is not None
+    report = learn(admin, load_embedder(), sources=(STAT_STATEMENTS,), progress=False)
+    assert report.read[STAT_STATEMENTS] >= 1
+    found = statements(admin)
+    assert found["SELECT title FROM courses WHERE credits > $1"][0] == STAT_STATEMENTS
+    assert not [s for s in found if PGNL_MARK.strip() in s]
+    assert "home_city" not in " ".join(found)  # the pipeline's candidates are not there
+
+
+def test_the_query_log_gives_the_answers_not_asked_again(admin: psycopg.Connection[Any]) -> None:
+    admin.execute(
+        """
+        INSERT INTO nl.query_log (logged_at, directive, question, chosen_sql, outcome)
+        VALUES (now() - interval '1 hour', 'nl', 'students from boston', %s, 'answered'),
+               (now() - interval '59 minutes', 'nl', 'students who live in boston', %s,
+                'answered'),
+               (now() - interval '30 minutes', 'nl', 'the longest physics course', %s,
+                'answered'),
+               (now() - interval '10 minutes', 'nl', 'what is a course?', NULL, 'error')
+        """,
+        [
+            "SELECT first_name FROM students WHERE home_state = 'Boston'",
+            CITIES,
+            CREDITS,
+        ],
+    )
+    try:
+        report = learn(admin, load_embedder(), sources=(QUERY_LOG,), progress=False)
+    finally:
+        admin.execute("DELETE FROM nl.query_log")
+    assert report.read == {"nl.query_log": 2}
+    found = statements(admin)
+    # the first answer was asked again a minute later: a correction, not learned
+    assert found == {
+        CITIES: (QUERY_LOG, 1, "students who live in boston"),
+        CREDITS: (QUERY_LOG, 1, "the longest physics course"),
+    }
+
+
+def test_a_role_retrieves_only_the_records_it_may_read(
+    admin: psycopg.Connection[Any], postgres: Postgres
+) -> None:
+    learn(
+        admin,
+        load_embedder(),
+        sources=(),
+        files=[LOG, "SELECT home_state FROM students WHERE home_city = 'Boston'"],
+        progress=False,
+    )
+    dsn = postgres.server.dsn(DB, user="pgnl_registrar", password="registrar")
+    with psycopg.connect(dsn) as conn:
+        conn.read_only = True
+        seen = [r[0] for r in conn.execute("SELECT statement FROM nl.ambiguity").fetchall()]
+        # not CREDITS (departments), nor enrollments, nor students' home_state
+        assert seen == [CITIES]
+        near = History(PsycopgDatabase(conn), load_embedder(), timeout_s=5).near(
+            "which courses does physics teach?", 8
+        )
+        assert [r.statement for r in near] == [CITIES]
+    assert len(statements(admin)) == 4  # the owner reads them all
+
+
+def test_the_pipeline_retrieves_the_history_and_shows_the_llm_its_nearest_statements(
+    admin: psycopg.Connection[Any], university: str, llm_server: ScriptedLLM
+) -> None:
+    learn(admin, load_embedder(), sources=(), files=[LOG], progress=False)
+    chosen = Settings()
+    chosen.llm = LLMSettings(
+        base_url=llm_server.base_url, model="scripted", timeout_s=1.0, deadline_s=2.5
+    )
+    llm = BlockingLLM.start(chosen.llm)
+    assert llm is not None
+    reply = "SELECT first_name, last_name FROM students WHERE home_city = 'Chicago'"
+    llm_server.script(reply, then=reply)
+    try:
+        with psycopg.connect(university) as conn:
+            conn.read_only = True
+            answer = load_pipeline(chosen, llm).answer(
+                "which students come from chicago?", PsycopgDatabase(conn)
+            )
+    finally:
+        llm.close()
+    history = next(r for r in answer.trace if r.stage == "history")
+    assert history.outcome.startswith("3 records, the nearest 0.")
+    assert history.calibration == CITIES  # the nearest: students and a city
+    prompt = llm_server.requests[0].content("user")
+    block = prompt.split("<query_history>")[1].split("</query_history>")[0]
+    assert f'"{CITIES}"' in block  # one JSON string a statement
+    assert "<query_history>" in llm_server.requests[0].content("system")
+    # without a history, no block and no retrieval
+    admin.execute("DELETE FROM nl.ambiguity")
+    llm = BlockingLLM.start(chosen.llm)
+    assert llm is not None
+    try:
+        with psycopg.connect(university) as conn:
+            conn.read_only = True
+            answer = load_pipeline(chosen, llm).answer(
+                "which students come from chicago?", PsycopgDatabase(conn)
+            )
+    finally:
+        llm.close()
+    assert next(r for r in answer.trace if r.stage == "history").outcome == "no records"
+    assert "<query_history>" not in llm_server.last.content("user")
+
+
+def test_pgnl_learn_from_the_command_line(
+    admin: psycopg.Connection[Any], university: str, tmp_path: Any
+) -> None:
+    log = tmp_path / "saved.sql"
+    log.write_text(LOG)
+    done = run_pgnl(
+        "learn", "--dsn", university, "--file", str(log), "--no-query-log", "--no-stat-statements"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "3 records added" in done.stdout and "3 statements skipped" in done.stdout
+    assert "learn: 3/3 new statements embedded" in done.stderr
+    missing = run_pgnl("learn", "--dsn", university, "--file", str(tmp_path / "none.sql"))
+    assert missing.returncode == 1 and "none.sql" in missing.stderr
