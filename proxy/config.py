@@ -528,15 +528,24 @@ class AmbiguitySettings:
     history_examples: int = field(
         default=3,
         metadata=_doc(
-            "Of the retrieved records, the statements shown to the LLM as examples of the SQL "
-            "that runs on the database (0: none)."
+            "Statements of the query history shown to the LLM as examples of the SQL that runs "
+            "on the database (0: none); which ones: history_examples_by."
+        ),
+    )
+    history_examples_by: str = field(
+        default="frequent",
+        metadata=_doc(
+            "frequent: the database's most run statements (the role may read), the same for "
+            "every question, so they sit beside the schema in the part of the prompt the LLM "
+            "server keeps cached; nearest: the retrieved records nearest the question, after "
+            "it (more to the point, but read anew for each question: seconds more on a CPU)."
         ),
     )
     history_min_similarity: float = field(
         default=0.3,
         metadata=_doc(
-            "How close (cosine, 0 to 1) a record's question, or its statement in words, must "
-            "be to the question to be shown to the LLM as an example."
+            "With history_examples_by = nearest: how close (cosine, 0 to 1) a record's "
+            "question, or its statement in words, must be to the question to be shown."
         ),
     )
     history_margin: float = field(

@@ -170,6 +170,7 @@ def _database_checks(conn: psycopg.Connection[Any], settings: Settings) -> Itera
     )
     yield from migration_checks(conn)
     yield from index_checks(conn, settings.index)
+    yield from history_checks(conn)
 
 
 def server_check(version: str, version_num: int) -> Check:
@@ -385,6 +386,39 @@ def index_checks(conn: psycopg.Connection[Any], settings: IndexSettings) -> Iter
     )
     yield _search_index_check(conn)
     yield _freshness_check(conn, settings, fix)
+
+
+def history_checks(conn: psycopg.Connection[Any]) -> Iterator[Check]:
+    """The query history (nl.ambiguity): the records this role may read, and whether the
+    server keeps pg_stat_statements for `pgnl learn`."""
+    name = "query history"
+    if not _exists(conn, "nl.ambiguity"):
+        return  # an older nl schema: the migration check says to run pgnl migrate
+    try:
+        row = conn.execute(
+            "SELECT count(*), current_setting('shared_preload_libraries') FROM nl.ambiguity "
+            "WHERE database_name = current_database()"
+        ).fetchone()
+    except psycopg.Error as exc:
+        yield Check(name, WARN, f"cannot be read: {_one_line(exc)}", "run pgnl migrate")
+        return
+    assert row is not None
+    records, preloaded = row
+    source = (
+        "pg_stat_statements is loaded"
+        if "pg_stat_statements" in str(preloaded)
+        else "pg_stat_statements is not loaded (add it to shared_preload_libraries to learn "
+        "from the SQL the database runs)"
+    )
+    if not records:
+        yield Check(
+            name,
+            OK,
+            "no records this role may read (pgnl learn --dsn writes them from the SQL the "
+            f"database runs); {source}",
+        )
+        return
+    yield Check(name, OK, f"{records:,} records this role may read; {source}")
 
 
 def _search_index_check(conn: psycopg.Connection[Any]) -> Check:

@@ -21,7 +21,13 @@ from proxy.nl2sql.candidate import Candidate
 from proxy.nl2sql.complete_plm import CompletionError, Literal, complete
 from proxy.nl2sql.grounding import Grounding
 from proxy.nl2sql.llm import Completion, LLMAnswerError, LLMError
-from proxy.nl2sql.prompts import Message, sketch_completion, unguided_completion
+from proxy.nl2sql.prompts import (
+    NO_EXAMPLES,
+    Examples,
+    Message,
+    sketch_completion,
+    unguided_completion,
+)
 from proxy.nl2sql.question import Question, Stage
 from proxy.nl2sql.relaxations import tables_named_by
 from proxy.nl2sql.sketch import Sketch
@@ -51,10 +57,10 @@ class Completer(Stage):
         selection: str,
         max_completions: int,
         disabled_rules: frozenset[str] = frozenset(),
-        examples: Sequence[str] = (),
+        examples: Examples = NO_EXAMPLES,
     ) -> None:
         super().__init__(question)
-        self.examples = tuple(examples)  # statements of the query history near the question
+        self.examples = examples  # statements of the query history shown to the LLM
         self.grounding = grounding
         self.llm = llm
         self.selection = selection  # [llm] selection

@@ -7,12 +7,12 @@ retrieve (Soma-SQL's query log; table nl.ambiguity, written by `pgnl learn`: `pr
   read them), and the text embedded for retrieval (`describe`: the statement in words, where
   no question is known).
 - `History`: the records nearest a question, retrieved as the asking role (so only those it
-  may read), with their similarity to the question.
+  may read), with their similarity to the question; and the statements run most often.
 - `support(parts, near)`: how closely a reading matches what the database's users run: the
   best, over the retrieved records, of the record's similarity to the question times the
   overlap (Jaccard) of the reading's features and the record's. The ambiguity stage weighs an
-  open reading against the seed by it (`settle`); the LLM is shown the nearest statements as
-  examples (`examples`, `prompts`).
+  open reading against the seed by it (`settle`); the LLM is shown the most run statements, or
+  the nearest, as examples (`History.frequent`, `examples`, `prompts`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from proxy.nl2sql.readings import Parts, read
 from proxy.nl2sql.schema import Schema, words_of
 from proxy.valueindex.common import Embedder, checked_embeddings, vector_literal
 
+FREQUENT = "frequent"
+NEAREST = "nearest"
+EXAMPLES_BY = (FREQUENT, NEAREST)  # [ambiguity] history_examples_by
 _MISSING = {"42P01", "42883", "3F000", "42501"}  # no nl.ambiguity (never migrated), or no grant
 
 
@@ -226,6 +229,28 @@ class History:
                 return []
             raise
         return [_retrieved(row) for row in rows]
+
+    def frequent(self, k: int) -> list[str]:
+        """The `k` statements run most often (that the role may read), the same for every
+        question; none where the database has no history."""
+        if k <= 0:
+            return []
+        try:
+            rows = self.db.fetch(
+                """
+                SELECT statement FROM nl.ambiguity
+                 WHERE database_name = current_database()
+                 ORDER BY calls DESC, statement_hash
+                 LIMIT $1
+                """,
+                [k],
+                timeout_s=self.timeout_s,
+            )
+        except Exception as exc:
+            if str(getattr(exc, "sqlstate", "") or "") in _MISSING:
+                return []
+            raise
+        return [str(row[0]) for row in rows]
 
 
 def _retrieved(row: Sequence[Any]) -> Retrieved:

@@ -8,10 +8,10 @@ ZeroNL2SQL's Algorithm 2 as a declared sequence of stages (`STAGES`), each timed
     schema     the database as the asking role sees it (`schema.SchemaCache`), cached per
                catalog fingerprint, so DDL or a grant is seen on the next question and nothing
                else is re-read
-    lookup     the values the question names word for word, by column (`grounding`)
     history    the records of the database's query history nearest the question, among those
                the role may read (`history`; written by `pgnl learn`): examples for the LLM,
                and the prior the ambiguity stage weighs open readings by
+    lookup     the values the question names word for word, by column (`grounding`)
     sketch     ranked sketches: the sketch model's top-k SELECT x KEYWORDS x FROM, re-ranked by
                the aligner and repaired by the sketch rules (`sketcher`, `rules`)
     values     (PLM-only) the values of each WHERE column that the question names, found in the
@@ -60,8 +60,9 @@ from proxy.nl2sql.completion import LLM, Completer
 from proxy.nl2sql.database import Database, Marked, connection_lost, sqlstate
 from proxy.nl2sql.execution import Executor
 from proxy.nl2sql.grounding import Grounding
-from proxy.nl2sql.history import History, Retrieved, examples
+from proxy.nl2sql.history import EXAMPLES_BY, NEAREST, History, Retrieved, examples
 from proxy.nl2sql.intent import WRITE_REQUEST, write_request
+from proxy.nl2sql.prompts import NO_EXAMPLES, Examples
 from proxy.nl2sql.question import Question
 from proxy.nl2sql.schema import Schema, SchemaCache
 from proxy.nl2sql.search import Search
@@ -88,8 +89,8 @@ log = logging.getLogger(__name__)
 STAGES = (
     "intent",
     "schema",
-    "lookup",
     "history",
+    "lookup",
     "sketch",
     "values",
     "complete",
@@ -115,6 +116,11 @@ class Pipeline:
             raise ConfigError(
                 f"[llm] selection must be one of {', '.join(SELECTIONS)}, "
                 f"not {settings.llm.selection!r}"
+            )
+        if settings.ambiguity.history_examples_by not in EXAMPLES_BY:
+            raise ConfigError(
+                f"[ambiguity] history_examples_by must be one of {', '.join(EXAMPLES_BY)}, "
+                f"not {settings.ambiguity.history_examples_by!r}"
             )
         self.settings = settings
         self.sketcher = sketcher
@@ -185,8 +191,8 @@ class _Run:
                 )
                 return
             step.outcome = f"{len(schema.tables)} tables, {len(schema.columns)} columns"
-        near = self._history()
-        grounding, search = self._stages(schema, near)
+        near, shown = self._history()
+        grounding, search = self._stages(schema, shown)
         with self.trace.stage("lookup") as step:
             values, step.outcome = grounding.spoken_values()
             if values is not None:
@@ -237,31 +243,43 @@ class _Run:
             "chose candidate %d (%s): %s", chosen.candidate.number, chosen.outcome, result.sql
         )
 
-    def _history(self) -> list[Retrieved]:
-        """The query history's records nearest the question ([ambiguity] history_records)."""
-        k = self.pipeline.settings.ambiguity.history_records
+    def _history(self) -> tuple[list[Retrieved], Examples]:
+        """The query history's records nearest the question ([ambiguity] history_records), and
+        the examples the LLM is shown ([ambiguity] history_examples, _by)."""
+        settings = self.pipeline.settings.ambiguity
         embedder = self.pipeline.embedder
-        if k <= 0 or embedder is None:
-            return []
-        with self.trace.stage("history") as step:
-            try:
-                near = History(self.db, embedder, timeout_s=self.settings.statement_timeout_s).near(
-                    self.question, k
-                )
-            except Exception as exc:
-                state = sqlstate(exc)
-                if connection_lost(state):
-                    raise
+        if settings.history_records <= 0 or embedder is None:
+            return [], NO_EXAMPLES
+        history = History(self.db, embedder, timeout_s=self.settings.statement_timeout_s)
+        started = time.perf_counter()
+        try:
+            near = history.near(self.question, settings.history_records)
+            shown = NO_EXAMPLES
+            if near and self.pipeline.llm is not None and settings.history_examples > 0:
+                if settings.history_examples_by == NEAREST:
+                    nearest = examples(
+                        near, settings.history_examples, settings.history_min_similarity
+                    )
+                    shown = Examples(tuple(nearest))
+                else:
+                    frequent = history.frequent(settings.history_examples)
+                    shown = Examples(tuple(frequent), first=True)
+        except Exception as exc:
+            state = sqlstate(exc)
+            if connection_lost(state):
+                raise
+            with self.trace.stage("history", since=started) as step:
                 step.outcome = f"not read: {state}: {one_line(str(exc))}"
-                return []
-            if not near:
-                step.outcome = "no records"
-                return []
-            step.outcome = f"{len(near)} records, the nearest {near[0].similarity:.2f} close"
-            step.note = one_line(near[0].statement, 200)
-        return near
+            return [], NO_EXAMPLES
+        if near:  # a database without a history has no row for it in the trace
+            with self.trace.stage("history", since=started) as step:
+                step.outcome = f"{len(near)} records, the nearest {near[0].similarity:.2f} close"
+                if shown.statements:
+                    step.outcome += f"; {len(shown.statements)} shown to the LLM"
+                step.note = one_line(near[0].statement, 200)
+        return near, shown
 
-    def _stages(self, schema: Schema, near: list[Retrieved]) -> tuple[Grounding, Search]:
+    def _stages(self, schema: Schema, shown: Examples) -> tuple[Grounding, Search]:
         """The question's stages over its schema, sharing its trace, value index and LLM."""
         settings = self.pipeline.settings
         question = Question.over(self.question, schema, self.trace)
@@ -281,11 +299,7 @@ class _Run:
             selection=settings.llm.selection,
             max_completions=settings.llm.max_completions,
             disabled_rules=self.disabled_rules,
-            examples=examples(
-                near,
-                settings.ambiguity.history_examples,
-                settings.ambiguity.history_min_similarity,
-            ),
+            examples=shown,
         )
         executor = Executor(
             question,

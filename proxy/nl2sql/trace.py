@@ -51,10 +51,13 @@ class Trace:
         self.result = Answer(question=question)
 
     @contextmanager
-    def stage(self, name: str, candidate: Candidate | None = None) -> Iterator[Step]:
-        """Time a stage; the block says its outcome (and a note) on the `Step`."""
+    def stage(
+        self, name: str, candidate: Candidate | None = None, *, since: float | None = None
+    ) -> Iterator[Step]:
+        """Time a stage (from `since`, a `time.perf_counter()` reading, when the work came
+        before the block); the block says its outcome (and a note) on the `Step`."""
         step = Step()
-        start = time.perf_counter()
+        start = time.perf_counter() if since is None else since
         try:
             yield step
         finally:

@@ -87,6 +87,8 @@ def test_compose_migrates_and_indexes_before_the_proxy_starts() -> None:
     assert script.index("pgnl migrate") < script.index("pgnl index")
     assert "&&" in script  # no index when the migrations failed
     assert setup["depends_on"]["postgres"]["condition"] == "service_healthy"
+    # the server keeps the statements it runs, for pgnl learn
+    assert "shared_preload_libraries=pg_stat_statements" in services["postgres"]["command"]
     proxy = services["pgnl"]
     assert proxy["depends_on"]["setup"]["condition"] == "service_completed_successfully"
     assert setup["build"] == proxy["build"]  # the same image

@@ -85,6 +85,10 @@ def test_a_migrated_and_indexed_database_is_ok_and_left_unchanged(
     assert index.endswith("(just now)") or index.endswith("minute ago)"), index
     assert lines["value index (search indexes)"] == "ok HNSW and trigram indexes present"
     assert lines["value index (freshness)"].startswith("ok every column pgnl index reads")
+    assert lines["query history"] == (
+        "ok no records this role may read (pgnl learn --dsn writes them from the SQL the "
+        "database runs); pg_stat_statements is loaded"
+    )
     for model in ("aligner", "sketch", "value_embedder"):
         assert lines[f"model {model}"].startswith("ok model.onnx ")
     assert lines["llm"].startswith("ok none")  # the tests run with [llm] provider = none

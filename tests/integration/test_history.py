@@ -21,6 +21,7 @@ import pytest
 
 from proxy.config import LLMSettings, Settings
 from proxy.learn import FILE, QUERY_LOG, STAT_STATEMENTS, learn
+from proxy.nl2sql.answer import Answer
 from proxy.nl2sql.database import PGNL_MARK, PsycopgDatabase
 from proxy.nl2sql.history import History
 from proxy.nl2sql.llm import BlockingLLM
@@ -173,47 +174,62 @@ def test_a_role_retrieves_only_the_records_it_may_read(
     assert len(statements(admin)) == 4  # the owner reads them all
 
 
-def test_the_pipeline_retrieves_the_history_and_shows_the_llm_its_nearest_statements(
-    admin: psycopg.Connection[Any], university: str, llm_server: ScriptedLLM
-) -> None:
-    learn(admin, load_embedder(), sources=(), files=[LOG], progress=False)
+def llm_answer(
+    university: str, llm_server: ScriptedLLM, question: str, **ambiguity: object
+) -> Answer:
+    """The pipeline's answer with the scripted LLM, [ambiguity] settings as given."""
     chosen = Settings()
+    for key, value in ambiguity.items():
+        setattr(chosen.ambiguity, key, value)
     chosen.llm = LLMSettings(
         base_url=llm_server.base_url, model="scripted", timeout_s=1.0, deadline_s=2.5
     )
     llm = BlockingLLM.start(chosen.llm)
     assert llm is not None
-    reply = "SELECT first_name, last_name FROM students WHERE home_city = 'Chicago'"
-    llm_server.script(reply, then=reply)
     try:
         with psycopg.connect(university) as conn:
             conn.read_only = True
-            answer = load_pipeline(chosen, llm).answer(
-                "which students come from chicago?", PsycopgDatabase(conn)
-            )
+            return load_pipeline(chosen, llm).answer(question, PsycopgDatabase(conn))
     finally:
         llm.close()
+
+
+def history_block(prompt: str) -> str:
+    return prompt.split("<query_history>")[1].split("</query_history>", maxsplit=1)[0]
+
+
+def test_the_pipeline_retrieves_the_history_and_shows_the_llm_its_statements(
+    admin: psycopg.Connection[Any], university: str, llm_server: ScriptedLLM
+) -> None:
+    learn(admin, load_embedder(), sources=(), files=[LOG, CITIES, CITIES], progress=False)
+    reply = "SELECT first_name, last_name FROM students WHERE home_city = 'Chicago'"
+    question = "which students come from chicago?"
+    llm_server.script(reply, then=reply)
+    answer = llm_answer(university, llm_server, question, history_examples=2)
     history = next(r for r in answer.trace if r.stage == "history")
     assert history.outcome.startswith("3 records, the nearest 0.")
+    assert history.outcome.endswith("; 2 shown to the LLM")
     assert history.calibration == CITIES  # the nearest: students and a city
+    # by default the most run statements, beside the schema, before the question: the same
+    # for every question, so in the part of the prompt the LLM server keeps cached
     prompt = llm_server.requests[0].content("user")
-    block = prompt.split("<query_history>")[1].split("</query_history>")[0]
-    assert f'"{CITIES}"' in block  # one JSON string a statement
-    assert "<query_history>" in llm_server.requests[0].content("system")
-    # without a history, no block and no retrieval
+    assert prompt.index("</schema>") < prompt.index("<query_history>") < prompt.index("<question>")
+    block = history_block(prompt)
+    assert block.index(f'"{CITIES}"') >= 0  # one JSON string a statement; run three times
+    assert block.count('\n"') == 2
+    assert "<query_history>" in llm_server.requests[0].content("system")  # untrusted text
+    # the nearest instead: after the question, the nearest first
+    before = len(llm_server.requests)
+    llm_answer(university, llm_server, question, history_examples_by="nearest")
+    prompt = llm_server.requests[before].content("user")
+    assert prompt.index("<question>") < prompt.index("<query_history>")
+    assert history_block(prompt).lstrip("\n").startswith(f'"{CITIES}"')
+    # without a history: no retrieval, no row in the trace, no block
     admin.execute("DELETE FROM nl.ambiguity")
-    llm = BlockingLLM.start(chosen.llm)
-    assert llm is not None
-    try:
-        with psycopg.connect(university) as conn:
-            conn.read_only = True
-            answer = load_pipeline(chosen, llm).answer(
-                "which students come from chicago?", PsycopgDatabase(conn)
-            )
-    finally:
-        llm.close()
-    assert next(r for r in answer.trace if r.stage == "history").outcome == "no records"
-    assert "<query_history>" not in llm_server.last.content("user")
+    before = len(llm_server.requests)
+    answer = llm_answer(university, llm_server, question)
+    assert "history" not in [r.stage for r in answer.trace]
+    assert "<query_history>" not in llm_server.requests[before].content("user")
 
 
 def test_pgnl_learn_from_the_command_line(
