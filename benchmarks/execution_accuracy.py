@@ -222,6 +222,9 @@ ALONE_SETTINGS = {
     "PGNL_AMBIGUITY_ENABLED": "false",
 }
 """The "LLM alone" mode's settings: the LLM's own query, uncorrected and uncalibrated."""
+NEAREST_EXAMPLES = ", nearest examples"
+"""The name's ending of a mode run with PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY=nearest
+(`--nearest-examples`)."""
 NO_AMBIGUITY = ", no ambiguity stage"
 """The name's ending of a mode run with PGNL_AMBIGUITY_ENABLED=false and
 PGNL_AMBIGUITY_HISTORY_RECORDS=0 (`--without-ambiguity`): no ambiguity stage, no query
@@ -620,6 +623,7 @@ class ModeSpec:
     model: str = ""
     timeout_s: float = TIMEOUT_S
     ambiguity: bool = True  # False: PGNL_AMBIGUITY_ENABLED=false
+    nearest_examples: bool = False  # True: PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY=nearest
 
     @property
     def embedded(self) -> bool:
@@ -659,6 +663,8 @@ def mode_environment(spec: ModeSpec, environ: Mapping[str, str]) -> dict[str, st
     if not spec.ambiguity:
         env["PGNL_AMBIGUITY_ENABLED"] = "false"
         env["PGNL_AMBIGUITY_HISTORY_RECORDS"] = "0"
+    if spec.nearest_examples:
+        env["PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY"] = "nearest"
     return env
 
 
@@ -670,11 +676,13 @@ def mode_specs(
     timeout_s: float = TIMEOUT_S,
     llm_timeout_s: float = LLM_TIMEOUT_S,
     without_ambiguity: bool = False,
+    nearest_examples: bool = False,
 ) -> list[ModeSpec]:
     """The modes of a run, in the report's order: PLM-only, LLM (when PGNL_LLM_BASE_URL is
     set), then for each model "LLM alone" and "full" (those of `kinds`); with
     `without_ambiguity`, PLM-only and each full mode followed by its twin without the
-    ambiguity stage."""
+    ambiguity stage; with `nearest_examples`, each full mode followed by its twin that shows
+    the LLM the history's statements nearest the question."""
     specs: list[ModeSpec] = []
     if PLM in kinds:
         specs.append(ModeSpec(PLM_ONLY, PLM, timeout_s=timeout_s))
@@ -690,6 +698,16 @@ def mode_specs(
             specs.append(ModeSpec(f"LLM alone {label}", ALONE, model, llm_timeout_s))
         if FULL in kinds:
             specs.append(ModeSpec(f"full {label}", FULL, model, llm_timeout_s))
+            if nearest_examples:
+                specs.append(
+                    ModeSpec(
+                        f"full {label}{NEAREST_EXAMPLES}",
+                        FULL,
+                        model,
+                        llm_timeout_s,
+                        nearest_examples=True,
+                    )
+                )
             if without_ambiguity:
                 specs.append(
                     ModeSpec(
@@ -703,6 +721,11 @@ def mode_specs(
 
 
 def describe(spec: ModeSpec, environ: Mapping[str, str]) -> str:
+    if spec.nearest_examples:
+        return (
+            _describe(spec, environ) + "; the LLM shown the history's statements nearest the "
+            "question (PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY=nearest)"
+        )
     """One line on what the mode's proxy does, from the settings it will read."""
     if not spec.ambiguity:
         return (
@@ -1895,6 +1918,7 @@ async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.
         timeout_s=args.timeout,
         llm_timeout_s=args.llm_timeout,
         without_ambiguity=args.without_ambiguity,
+        nearest_examples=args.nearest_examples,
     )
     if not specs:
         raise BenchError("no mode to run (check --modes, --llm and PGNL_LLM_BASE_URL)")
@@ -2096,6 +2120,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="each database's query history made of the gold SQL of its dev questions, without "
         "their questions; while a question is asked its own statement is left out "
         "(leave-one-out), or every statement of its pattern (leave-pattern-out). Default: none",
+    )
+    parser.add_argument(
+        "--nearest-examples",
+        action="store_true",
+        help="beside each full mode, the same showing the LLM the query history's statements "
+        "nearest the question rather than the most run (PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY="
+        "nearest), side by side",
     )
     parser.add_argument(
         "--no-query-log",

@@ -97,14 +97,8 @@ class LeaveOut:
             yield
             return
         conn = self._conn(db_id)
-        decremented: list[tuple[Any, ...]] = []
         if self.setting == LEAVE_ONE_OUT:
             key = statement_hash(gold_pg)
-            decremented = conn.execute(
-                "UPDATE nl.ambiguity SET calls = calls - 1 WHERE database_name = "
-                "current_database() AND statement_hash = %s AND calls > 1 RETURNING id",
-                [key],
-            ).fetchall()
         else:
             try:
                 key = fingerprint(gold_pg)
@@ -112,6 +106,13 @@ class LeaveOut:
                 yield
                 return
         moved = conn.execute(_MOVE[self.setting], [key]).rowcount
+        decremented: list[tuple[Any, ...]] = []
+        if self.setting == LEAVE_ONE_OUT:  # a statement held more than once: one call fewer
+            decremented = conn.execute(
+                "UPDATE nl.ambiguity SET calls = calls - 1 WHERE database_name = "
+                "current_database() AND statement_hash = %s AND calls > 1 RETURNING id",
+                [key],
+            ).fetchall()
         self.left_out += moved + len(decremented)
         try:
             yield

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from benchmarks.query_history import LEAVE_ONE_OUT, LEAVE_PATTERN_OUT, LeaveOut
 from proxy.config import LLMSettings, Settings
 from proxy.learn import FILE, QUERY_LOG, STAT_STATEMENTS, learn
 from proxy.nl2sql.answer import Answer
@@ -245,3 +246,30 @@ def test_pgnl_learn_from_the_command_line(
     assert "learn: 3/3 new statements embedded" in done.stderr
     missing = run_pgnl("learn", "--dsn", university, "--file", str(tmp_path / "none.sql"))
     assert missing.returncode == 1 and "none.sql" in missing.stderr
+
+
+def test_the_benchmark_leaves_a_questions_own_statement_out_and_puts_it_back(
+    admin: psycopg.Connection[Any], university: str
+) -> None:
+    boston = CITIES.replace("Boston", "Albany")
+    learn(admin, load_embedder(), sources=(), files=[LOG, CITIES, boston], progress=False)
+
+    def table() -> list[tuple[Any, ...]]:
+        return admin.execute("SELECT * FROM nl.ambiguity ORDER BY id").fetchall()
+
+    before = table()
+    leave = LeaveOut({"u": university}, LEAVE_ONE_OUT)
+    try:
+        with leave.around("u", CITIES):  # twice in the history: once left
+            assert statements(admin)[CITIES][1] == 1
+        with leave.around("u", CREDITS):
+            assert CREDITS not in statements(admin) and boston in statements(admin)
+        assert table() == before
+        pattern = LeaveOut({"u": university}, LEAVE_PATTERN_OUT)
+        with pattern.around("u", CITIES):  # the same query for another city goes too
+            assert CITIES not in statements(admin) and boston not in statements(admin)
+            assert CREDITS in statements(admin)
+        pattern.close()
+        assert table() == before
+    finally:
+        leave.close()
