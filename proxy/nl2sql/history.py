@@ -24,7 +24,9 @@ from typing import Any
 
 from pglast.parser import ParseError, fingerprint
 
+from proxy.config import AmbiguitySettings
 from proxy.nl2sql.database import Database
+from proxy.nl2sql.prompts import NO_EXAMPLES, Examples
 from proxy.nl2sql.readings import Parts, read
 from proxy.nl2sql.schema import Schema, words_of
 from proxy.valueindex.common import Embedder, checked_embeddings, vector_literal
@@ -229,6 +231,20 @@ class History:
                 return []
             raise
         return [_retrieved(row) for row in rows]
+
+    def for_question(
+        self, question: str, settings: AmbiguitySettings, *, llm: bool
+    ) -> tuple[list[Retrieved], Examples]:
+        """The records nearest `question` ([ambiguity] history_records), and the statements
+        the LLM is shown (history_examples of them, chosen by history_examples_by; none
+        without an LLM or a history)."""
+        near = self.near(question, settings.history_records)
+        if not near or not llm or settings.history_examples <= 0:
+            return near, NO_EXAMPLES
+        if settings.history_examples_by == NEAREST:
+            shown = examples(near, settings.history_examples, settings.history_min_similarity)
+            return near, Examples(tuple(shown))
+        return near, Examples(tuple(self.frequent(settings.history_examples)), first=True)
 
     def frequent(self, k: int) -> list[str]:
         """The `k` statements run most often (that the role may read), the same for every

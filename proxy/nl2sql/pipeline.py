@@ -60,7 +60,7 @@ from proxy.nl2sql.completion import LLM, Completer
 from proxy.nl2sql.database import Database, Marked, connection_lost, sqlstate
 from proxy.nl2sql.execution import Executor
 from proxy.nl2sql.grounding import Grounding
-from proxy.nl2sql.history import EXAMPLES_BY, NEAREST, History, Retrieved, examples
+from proxy.nl2sql.history import EXAMPLES_BY, History, Retrieved
 from proxy.nl2sql.intent import WRITE_REQUEST, write_request
 from proxy.nl2sql.prompts import NO_EXAMPLES, Examples
 from proxy.nl2sql.question import Question
@@ -253,17 +253,9 @@ class _Run:
         history = History(self.db, embedder, timeout_s=self.settings.statement_timeout_s)
         started = time.perf_counter()
         try:
-            near = history.near(self.question, settings.history_records)
-            shown = NO_EXAMPLES
-            if near and self.pipeline.llm is not None and settings.history_examples > 0:
-                if settings.history_examples_by == NEAREST:
-                    nearest = examples(
-                        near, settings.history_examples, settings.history_min_similarity
-                    )
-                    shown = Examples(tuple(nearest))
-                else:
-                    frequent = history.frequent(settings.history_examples)
-                    shown = Examples(tuple(frequent), first=True)
+            near, shown = history.for_question(
+                self.question, settings, llm=self.pipeline.llm is not None
+            )
         except Exception as exc:
             state = sqlstate(exc)
             if connection_lost(state):
