@@ -216,7 +216,7 @@ class History:
             vector = vector_literal(checked_embeddings(self.embedder, [question])[0])
             rows = self.db.fetch(
                 """
-                SELECT statement, features, question, calls,
+                SELECT statement, array_to_string(features, E'\n'), question, calls,
                        1 - (embedding <=> $1::vector) AS similarity
                   FROM nl.ambiguity
                  WHERE database_name = current_database()
@@ -270,8 +270,15 @@ class History:
 
 
 def _retrieved(row: Sequence[Any]) -> Retrieved:
+    # plain text and numbers: a `Database` may return every value as text (the proxy's does)
     statement, feats, question, calls, similarity = row
-    return Retrieved(str(statement), frozenset(feats), question, int(calls), float(similarity))
+    return Retrieved(
+        str(statement),
+        frozenset(str(feats).split("\n")) if feats else frozenset(),
+        None if question is None else str(question),
+        int(calls),
+        float(similarity),
+    )
 
 
 def unique(records: Iterable[Record]) -> list[Record]:

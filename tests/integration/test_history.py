@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.string import TextLoader
 
 from benchmarks.query_history import LEAVE_ONE_OUT, LEAVE_PATTERN_OUT, LeaveOut
 from proxy.config import LLMSettings, Settings
@@ -273,3 +274,22 @@ def test_the_benchmark_leaves_a_questions_own_statement_out_and_puts_it_back(
         assert table() == before
     finally:
         leave.close()
+
+
+def test_the_history_reads_alike_from_a_database_that_returns_text(
+    admin: psycopg.Connection[Any], university: str
+) -> None:
+    # the proxy's upstream connection returns every value as text, arrays and numbers too
+    learn(admin, load_embedder(), sources=(), files=[LOG], progress=False)
+    question = "which students come from chicago?"
+    found = []
+    for as_text in (False, True):
+        with psycopg.connect(university) as conn:
+            conn.read_only = True
+            if as_text:
+                for oid in (1009, 20, 701):  # text[], bigint, double precision
+                    conn.adapters.register_loader(oid, TextLoader)
+            history = History(PsycopgDatabase(conn), load_embedder(), timeout_s=5)
+            found.append(history.near(question, 8))
+    assert found[0] == found[1]
+    assert "table students" in found[1][0].features
