@@ -8,11 +8,11 @@ retrieve (Soma-SQL's query log; table nl.ambiguity, written by `pgnl learn`: `pr
   no question is known).
 - `History`: the records nearest a question, retrieved as the asking role (so only those it
   may read), with their similarity to the question; and the statements run most often.
-- `support(parts, near)`: how closely a reading matches what the database's users run: the
-  best, over the retrieved records, of the record's similarity to the question times the
-  overlap (Jaccard) of the reading's features and the record's. The ambiguity stage weighs an
-  open reading against the seed by it (`settle`); the LLM is shown the most run statements, or
-  the nearest, as examples (`History.frequent`, `examples`, `prompts`).
+- `support(parts, near)`: whether the database's users run a reading: the similarity to the
+  question of the nearest retrieved record of the reading's own pattern (0 where none is).
+  The ambiguity stage weighs an open reading against the seed by it (`settle`); the LLM is
+  shown the most run statements, or the nearest, as examples (`History.frequent`,
+  `examples`, `prompts`).
 """
 
 from __future__ import annotations
@@ -170,20 +170,19 @@ def _words(text: str) -> str:
     return " ".join(out)
 
 
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / len(a | b) if a or b else 0.0
-
-
 def support(parts: Parts, near: Sequence[Retrieved]) -> tuple[float, Retrieved | None]:
-    """How closely a reading matches the retrieved history (see the module docstring), and the
-    record that gives it; (0, None) with no history."""
+    """How the retrieved history supports a reading: the similarity to the question of the
+    nearest record that is the reading's own pattern (the same features: the same query but
+    for its constants), and that record; (0, None) where the history does not hold it.
+
+    A record that shares only some of the reading's parts is no evidence for it: measured
+    with a partial overlap (Jaccard) instead, the prior chose other readings that merely
+    resembled the database's queries, and lost answers (docs/measurements.md)."""
     mine = features(parts)
-    best, source = 0.0, None
-    for record in near:
-        score = max(record.similarity, 0.0) * jaccard(mine, record.features)
-        if score > best:
-            best, source = score, record
-    return best, source
+    for record in near:  # the nearest first
+        if record.features == mine:
+            return max(record.similarity, 0.0), record
+    return 0.0, None
 
 
 def examples(near: Sequence[Retrieved], count: int, min_similarity: float) -> list[str]:

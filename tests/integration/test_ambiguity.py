@@ -344,13 +344,16 @@ def test_an_open_reading_the_history_matches_better_is_chosen(
     assert settled.chosen.candidate is settled.others[0]
     assert settled.last == (
         "candidate 2 instead of the seed (candidate 1): it matches the query history 0.90, "
-        "the seed 0.45"
+        "the seed 0.00"
     )
     assert settled.rows()[-1][1].startswith("the history's nearest match (0.90 close")
-    # without a history, or one that matches both readings alike, the seed stands
+    # without a history, with one that holds only queries like the other reading, or with
+    # one that holds both, the seed stands
     assert Settled(conn, *readings).chosen.candidate.sql == readings[0]
     alike = ["SELECT name FROM customers WHERE city = 'Albany' AND state = 'New York'"]
     assert Settled(conn, *readings, history=alike).chosen.candidate.sql == readings[0]
+    both = [*history, "SELECT name FROM customers WHERE state = 'Ohio'"]
+    assert Settled(conn, *readings, history=both).chosen.candidate.sql == readings[0]
 
 
 def test_the_history_never_overrules_the_data(conn: psycopg.Connection[Any]) -> None:

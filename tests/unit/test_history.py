@@ -1,7 +1,7 @@
 """A statement of the query history as a record (`history.record_of`), and the prior it gives
 a reading (`history.support`): features without literals, the statement in words, the tables
-and columns a role must be able to read, and the overlap weighted by the question's
-similarity."""
+and columns a role must be able to read, and the similarity of the nearest record of a
+reading's own pattern."""
 
 from __future__ import annotations
 
@@ -89,17 +89,19 @@ def test_the_statement_in_words() -> None:
     )
 
 
-def test_support_is_the_best_overlap_weighted_by_similarity() -> None:
+def test_support_is_the_similarity_of_the_nearest_record_of_the_readings_pattern() -> None:
     city = parts("SELECT name FROM customers WHERE city = 'New York'")
     state = parts("SELECT name FROM customers WHERE state = 'New York'")
     near = [
-        retrieved("SELECT name FROM customers WHERE city = 'Albany'", 0.8),
         retrieved("SELECT sum(total) FROM orders", 0.9),
+        retrieved("SELECT name FROM customers WHERE city = 'Albany'", 0.8),  # city's pattern
+        retrieved("SELECT name FROM customers WHERE city = 'Boston'", 0.7),
+        retrieved("SELECT name, state FROM customers WHERE state = 'Ohio'", 0.6),
     ]
     score, source = support(city, near)
-    assert score == 0.8 and source is near[0]
-    score, source = support(state, near)
-    assert score == 0.8 * 2 / 4 and source is near[0]  # customers and name shared, not the filter
+    assert score == 0.8 and source is near[1]
+    # a record that shares some of a reading's parts is no evidence for it
+    assert support(state, near) == (0.0, None)
     assert support(city, []) == (0.0, None)
 
 
