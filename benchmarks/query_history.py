@@ -81,7 +81,6 @@ class LeaveOut:
         self.dsns = dsns
         self.setting = setting
         self.connections: dict[str, psycopg.Connection[Any]] = {}
-        self.left_out = 0  # records taken out (or decremented), over the run
 
     def _conn(self, db_id: str) -> psycopg.Connection[Any]:
         conn = self.connections.get(db_id)
@@ -113,7 +112,6 @@ class LeaveOut:
                 "current_database() AND statement_hash = %s AND calls > 1 RETURNING id",
                 [key],
             ).fetchall()
-        self.left_out += moved + len(decremented)
         try:
             yield
         finally:

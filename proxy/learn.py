@@ -247,16 +247,14 @@ INSERT INTO nl.ambiguity
         column_attnums, features, filter_values, question, description, embedding)
 SELECT %(hash)s, %(fingerprint)s, %(statement)s, %(source)s, %(calls)s,
        ARRAY(SELECT to_regclass(t)::oid FROM unnest(%(tables)s::text[]) t),
-       ARRAY(SELECT a.attrelid FROM unnest(%(column_tables)s::text[], %(column_names)s::text[])
-                    WITH ORDINALITY AS c(t, name, n)
-               JOIN pg_attribute a ON a.attrelid = to_regclass(c.t) AND a.attname = c.name
-              ORDER BY c.n),
-       ARRAY(SELECT a.attnum FROM unnest(%(column_tables)s::text[], %(column_names)s::text[])
-                    WITH ORDINALITY AS c(t, name, n)
-               JOIN pg_attribute a ON a.attrelid = to_regclass(c.t) AND a.attname = c.name
-              ORDER BY c.n),
+       coalesce(read.oids, '{}'), coalesce(read.attnums, '{}'),
        %(features)s::text[], %(filter_values)s::jsonb, %(question)s, %(description)s,
        %(embedding)s::vector
+  FROM (SELECT array_agg(a.attrelid ORDER BY c.n) AS oids,
+               array_agg(a.attnum ORDER BY c.n) AS attnums
+          FROM unnest(%(column_tables)s::text[], %(column_names)s::text[])
+               WITH ORDINALITY AS c(t, name, n)
+          JOIN pg_attribute a ON a.attrelid = to_regclass(c.t) AND a.attname = c.name) AS read
 ON CONFLICT (database_name, statement_hash) DO NOTHING
 """
 

@@ -18,7 +18,7 @@ retrieve (Soma-SQL's query log; table nl.ambiguity, written by `pgnl learn`: `pr
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,31 +204,24 @@ class History:
         migrated, or the role may not read it)."""
         if k <= 0:
             return []
-        try:
-            held = self.db.fetch(
-                "SELECT EXISTS (SELECT 1 FROM nl.ambiguity "
-                "WHERE database_name = current_database())",
-                timeout_s=self.timeout_s,
-            )
-            if not held or not held[0][0]:
-                return []  # no history: the question is not embedded
-            vector = vector_literal(checked_embeddings(self.embedder, [question])[0])
-            rows = self.db.fetch(
-                """
-                SELECT statement, array_to_string(features, E'\n'), question, calls,
-                       1 - (embedding <=> $1::vector) AS similarity
-                  FROM nl.ambiguity
-                 WHERE database_name = current_database()
-                 ORDER BY embedding <=> $1::vector, id
-                 LIMIT $2
-                """,
-                [vector, k],
-                timeout_s=self.timeout_s,
-            )
-        except Exception as exc:
-            if str(getattr(exc, "sqlstate", "") or "") in _MISSING:
-                return []
-            raise
+        held = self._fetch(
+            "SELECT EXISTS (SELECT 1 FROM nl.ambiguity WHERE database_name = current_database())",
+            [],
+        )
+        if not held or not held[0][0]:
+            return []  # no history: the question is not embedded
+        vector = vector_literal(checked_embeddings(self.embedder, [question])[0])
+        rows = self._fetch(
+            """
+            SELECT statement, array_to_string(features, E'\\n'), question, calls,
+                   1 - (embedding <=> $1::vector) AS similarity
+              FROM nl.ambiguity
+             WHERE database_name = current_database()
+             ORDER BY embedding <=> $1::vector, id
+             LIMIT $2
+            """,
+            [vector, k],
+        )
         return [_retrieved(row) for row in rows]
 
     def for_question(
@@ -250,22 +243,26 @@ class History:
         question; none where the database has no history."""
         if k <= 0:
             return []
+        rows = self._fetch(
+            """
+            SELECT statement FROM nl.ambiguity
+             WHERE database_name = current_database()
+             ORDER BY calls DESC, statement_hash
+             LIMIT $1
+            """,
+            [k],
+        )
+        return [str(row[0]) for row in rows]
+
+    def _fetch(self, query: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
+        """Rows of a query on nl.ambiguity; none where the database has no history table
+        (never migrated) or the role may not read it."""
         try:
-            rows = self.db.fetch(
-                """
-                SELECT statement FROM nl.ambiguity
-                 WHERE database_name = current_database()
-                 ORDER BY calls DESC, statement_hash
-                 LIMIT $1
-                """,
-                [k],
-                timeout_s=self.timeout_s,
-            )
+            return self.db.fetch(query, params, timeout_s=self.timeout_s)
         except Exception as exc:
             if str(getattr(exc, "sqlstate", "") or "") in _MISSING:
                 return []
             raise
-        return [str(row[0]) for row in rows]
 
 
 def _retrieved(row: Sequence[Any]) -> Retrieved:
@@ -278,11 +275,3 @@ def _retrieved(row: Sequence[Any]) -> Retrieved:
         int(calls),
         float(similarity),
     )
-
-
-def unique(records: Iterable[Record]) -> list[Record]:
-    """Each statement once (by its hash), in the order given."""
-    seen: dict[str, Record] = {}
-    for record in records:
-        seen.setdefault(record.statement_hash, record)
-    return list(seen.values())
