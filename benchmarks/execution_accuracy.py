@@ -174,6 +174,7 @@ from proxy.nl2sql.answer import TRACE_COLUMNS, TraceRow
 from proxy.nl2sql.database import PsycopgDatabase
 from proxy.nl2sql.pipeline import NO_ANSWER, STAGES, UNGUIDED
 from proxy.nl2sql.schema import Schema, introspect
+from proxy.nl2sql.settle import ALL_AGREEING, NO_OTHER_READING
 from proxy.nl2sql.sketch import SET_OPERATIONS, Sketch
 from proxy.nl2sql.sketcher import Sketcher, load_sketcher
 from proxy.runtime import load_embedder
@@ -600,6 +601,23 @@ def rules_fired(trace: Sequence[TraceRow]) -> list[str]:
     return list(fired)
 
 
+AGREE = "agree"  # the ambiguity stage found no reading returning other rows than the answer
+DISAGREE = "disagree"  # it found one at least
+
+
+def readings_of(trace: Sequence[TraceRow]) -> str:
+    """Whether the question's candidates agree (AGREE), disagree (DISAGREE), or were not
+    compared ("": no ambiguity row in the trace: the stage is off, or nothing answered)."""
+    rows = [row for row in trace if row.stage == "ambiguity"]
+    if not rows:
+        return ""
+    if len(rows) == 1 and (
+        rows[0].outcome.endswith(ALL_AGREEING) or rows[0].outcome == NO_OTHER_READING
+    ):
+        return AGREE
+    return DISAGREE
+
+
 def logged_trace(trace: Sequence[Mapping[str, Any]]) -> list[TraceRow]:
     """nl.query_log's trace (a list of objects keyed by TRACE_COLUMNS) as TraceRows."""
     return trace_rows([[row.get(column) for column in TRACE_COLUMNS] for row in trace])
@@ -721,12 +739,12 @@ def mode_specs(
 
 
 def describe(spec: ModeSpec, environ: Mapping[str, str]) -> str:
+    """One line on what the mode's proxy does, from the settings it will read."""
     if spec.nearest_examples:
         return (
             _describe(spec, environ) + "; the LLM shown the history's statements nearest the "
             "question (PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY=nearest)"
         )
-    """One line on what the mode's proxy does, from the settings it will read."""
     if not spec.ambiguity:
         return (
             _describe(spec, environ) + "; no ambiguity stage and no query history "
@@ -1039,6 +1057,7 @@ class Asked:
     restarted: bool = False  # the proxy was found dead after it, and restarted
     internal_errors: list[str] = field(default_factory=list)  # proxy log lines meanwhile
     rules: list[str] = field(default_factory=list)  # the PLM-only rules that fired (`rules_fired`)
+    readings: str = ""  # AGREE, DISAGREE or "" (`readings_of`)
 
 
 def _one_line(text: str) -> str:
@@ -1084,6 +1103,7 @@ def logged_answer(reply: Reply, question: str) -> Logged:
 def _traced(asked: Asked, trace: Sequence[TraceRow], chosen: int | None) -> None:
     asked.chosen = chosen
     asked.rules = rules_fired(trace)
+    asked.readings = readings_of(trace)
     usage = llm_usage(trace)
     asked.llm_requests = usage.requests
     asked.prompt_tokens = usage.prompt_tokens
@@ -1660,6 +1680,8 @@ def report(run: Run) -> str:
         )
     lines.append("")
 
+    lines += _twin_table(run)
+
     llm_modes = [m for m in run.modes if m.kind != PLM]
     if llm_modes:
         lines += [
@@ -1830,6 +1852,58 @@ def report(run: Run) -> str:
     seconds = sum(r.elapsed_ms for m in run.modes for r in _results(run, m)) / 1000
     lines.append(f"({seconds:.0f} s asking, summed over the questions and modes)")
     return "\n".join(lines)
+
+
+def twin_of(mode: str) -> str:
+    """The name of the mode without the ambiguity stage and the history that `mode` is measured
+    against (`--without-ambiguity`)."""
+    return mode.removesuffix(NEAREST_EXAMPLES) + NO_AMBIGUITY
+
+
+def _twin_table(run: Run) -> list[str]:
+    """Each mode with the ambiguity stage against its twin without it: EX where the stage found
+    the candidates disagreeing and where it found them agreeing (as that mode's trace says),
+    the answers won and lost, and the latency."""
+    modes = {m.name: m for m in run.modes}
+    pairs = [
+        (m, modes[twin_of(m.name)])
+        for m in run.modes
+        if not m.name.endswith(NO_AMBIGUITY) and twin_of(m.name) in modes
+    ]
+    if not pairs:
+        return []
+    lines = [
+        "### The ambiguity stage and the query history against the pipeline without them",
+        "",
+        "Questions are split by the mode's own trace: its candidates disagree (another reading "
+        "returns other rows than the answer), agree, or were not compared (nothing answered, or "
+        "no trace). EX of the mode / of its twin without the stage on each part.",
+        "",
+        "| mode | disagree: questions | EX | agree: questions | EX | not compared | EX | "
+        "won / lost | p50 ms | p50 ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    judged = run.judged
+    for mode, twin in pairs:
+        cells = []
+        for part in (DISAGREE, AGREE, ""):
+            numbers = [i.number for i in judged if mode.results[i.number].readings == part]
+            mine = sum(mode.results[n].match for n in numbers)
+            theirs = sum(twin.results[n].match for n in numbers)
+            cells += [str(len(numbers)), f"{mine} / {theirs}"]
+        won = sum(mode.results[i.number].match > twin.results[i.number].match for i in judged)
+        lost = sum(mode.results[i.number].match < twin.results[i.number].match for i in judged)
+        p50s = [
+            percentile([r.latency_ms for r in _results(run, m) if r.latency_ms is not None], 50)
+            for m in (mode, twin)
+        ]
+        ratio = p50s[0] / p50s[1] if p50s[1] else float("nan")
+        lines.append(
+            f"| {mode.name} | " + " | ".join(cells) + f" | {won} / {lost} | "
+            f"{p50s[0]:.0f} / {p50s[1]:.0f} | {ratio:.2f} |"
+        )
+    lines.append("")
+    return lines
 
 
 SKETCH_KEYS = (

@@ -46,6 +46,9 @@ from proxy.nl2sql.readings import Parts, Predicate, read
 from proxy.nl2sql.trace import one_line
 
 NOTICE_READINGS = 2  # other readings a NOTICE names at most
+# The outcome of the stage's one trace row where no reading returns other rows than the seed:
+ALL_AGREEING = "other readings, all agreeing"  # after the count of them
+NO_OTHER_READING = "no other reading answers"
 
 
 @dataclass
@@ -98,11 +101,7 @@ class Ambiguity(Stage):
         agreeing = len(others) - len(differing)
         if seed_parts is None or not differing:
             with self.trace.stage("ambiguity", seed) as step:
-                step.outcome = (
-                    f"{len(others)} other readings, all agreeing"
-                    if others
-                    else "no other reading answers"
-                )
+                step.outcome = f"{len(others)} {ALL_AGREEING}" if others else NO_OTHER_READING
             return chosen
         for other in differing:
             other_parts = read(other.sql, self.schema)

@@ -17,7 +17,9 @@ from benchmarks.execution_accuracy import (
     ANSWERED_EMPTY,
     ANSWERED_NESTED,
     ANSWERED_SET_OPERATION,
+    AGREE,
     ANSWERED_WRONG,
+    DISAGREE,
     LLM_OWN_QUERY,
     NO_CANDIDATE_RAN,
     TIMEOUT,
@@ -49,6 +51,7 @@ from benchmarks.execution_accuracy import (
     parse_args,
     process_memory,
     read_checkpoint,
+    readings_of,
     record_of,
     report,
     rules_fired,
@@ -316,6 +319,39 @@ def test_rules_fired_reads_the_trace_notes() -> None:
         "spoken_range",
     ]
     assert rules_fired(trace[3:]) == []
+
+
+def test_readings_of_reads_the_ambiguity_rows() -> None:
+    sketch = TraceRow("sketch", None, None, "", "8 sketches", 1)
+    agreeing = TraceRow("ambiguity", 1, None, "", "2 other readings, all agreeing", 1)
+    alone = TraceRow("ambiguity", 1, None, "", "no other reading answers", 1)
+    probed = TraceRow("ambiguity", 3, None, "'x' in a.b: 4 rows", "value: open", 1)
+    kept = TraceRow("ambiguity", 1, None, "", "the seed (candidate 1) stands: 0 agree", 1)
+    assert readings_of([sketch, agreeing]) == AGREE
+    assert readings_of([sketch, alone]) == AGREE
+    assert readings_of([sketch, probed, kept]) == DISAGREE
+    # other rows but nothing to compare part by part: they still disagree
+    assert readings_of([kept]) == DISAGREE
+    assert readings_of([sketch]) == ""  # the stage is off, or nothing answered
+
+
+def test_the_report_sets_the_stage_against_its_twin_where_candidates_disagree() -> None:
+    items = [Item(n, "db", f"q{n}?", "SELECT 1", "easy", "SELECT 1") for n in range(6)]
+    stage = Mode("full m", "full", "with the stage", 120.0)
+    twin = Mode("full m, no ambiguity stage", "full", "without", 120.0)
+    for n in range(6):
+        # 0-2 disagree (the stage wins 0 and 1, loses 2), 3-4 agree (both right), 5 no answer
+        readings = DISAGREE if n < 3 else AGREE if n < 5 else ""
+        stage.results[n] = Asked(latency_ms=130.0, match=n in (0, 1, 3, 4), readings=readings)
+        twin.results[n] = Asked(latency_ms=100.0, match=n in (2, 3, 4))
+    run = Run(items, 6, Counter(), [stage, twin])
+    run.judged = items
+    text = report(run)
+    assert "| full m | 3 | 2 / 1 | 2 | 2 / 2 | 1 | 0 / 0 | 2 / 1 | 130 / 100 | 1.30 |" in text
+    # without a twin, no such table
+    alone = Run(items, 6, Counter(), [stage])
+    alone.judged = items
+    assert "against the pipeline without them" not in report(alone)
 
 
 def test_numbers_choose_questions_by_their_place() -> None:
