@@ -12,12 +12,17 @@ import sys
 from collections.abc import Callable, Coroutine
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy import config
 from proxy.embedded import EmbeddedError, EmbeddedPostgres
 from proxy.llm_server import describe_provider
 from proxy.server import Proxy, Upstream, tls_context
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from proxy.valueindex import Embedder
 
 log = logging.getLogger("pgnl")
 
@@ -285,6 +290,7 @@ def cmd_learn(settings: config.Settings, args: argparse.Namespace) -> int:
     import psycopg
 
     from proxy.learn import FILE, QUERY_LOG, STAT_STATEMENTS, LearnError, learn
+    from proxy.learn_questions import without_question
     from proxy.runtime import ModelFilesError, load_embedder
     from proxy.valueindex import ValueIndexError
 
@@ -318,14 +324,48 @@ def cmd_learn(settings: config.Settings, args: argparse.Namespace) -> int:
                 files=texts,
                 progress=not args.no_progress,
             )
+            print(report.summary())
+            if not args.no_questions and without_question(conn):
+                print(_learn_questions(settings, conn, embedder, progress=not args.no_progress))
     except (LearnError, ModelFilesError, ValueIndexError) as exc:
         print(f"pgnl: {exc}", file=sys.stderr)
         return 1
     except psycopg.Error as exc:
         print(f"pgnl: learn failed: {_database_error(exc)}", file=sys.stderr)
         return 1
-    print(report.summary())
     return 0
+
+
+def _learn_questions(
+    settings: config.Settings,
+    conn: psycopg.Connection[Any],
+    embedder: Embedder,
+    *,
+    progress: bool,
+) -> str:
+    """The LLM's questions for the records without one (`proxy.learn_questions`): a line on
+    what was written, or on why nothing was."""
+    from proxy.answerer import start_llm
+    from proxy.learn_questions import write_questions
+    from proxy.nl2sql.database import PsycopgDatabase
+    from proxy.nl2sql.schema import introspect
+
+    try:
+        llm = start_llm(settings)
+    except config.ConfigError as exc:
+        return f"no questions written by the LLM: {exc}"
+    if llm is None:
+        return (
+            "no LLM ([llm] provider none, or it did not start): the statements learned without "
+            "a question are found by their words; configure [llm] and run pgnl learn again to "
+            "have it write their questions"
+        )
+    try:
+        schema = introspect(PsycopgDatabase(conn), name=conn.info.dbname)
+        stream = sys.stderr if progress else None
+        return write_questions(conn, embedder, llm, schema, stream=stream).summary()
+    finally:
+        llm.close()
 
 
 def _table(columns: list[str], rows: list[tuple[Any, ...]]) -> str:
@@ -470,6 +510,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-stat-statements", action="store_true", help="do not read pg_stat_statements"
     )
     learn.add_argument("--no-query-log", action="store_true", help="do not read nl.query_log")
+    learn.add_argument(
+        "--no-questions",
+        action="store_true",
+        help="do not ask the LLM ([llm]) for the question of each statement learned without "
+        "one (default: ask it, where an LLM is configured)",
+    )
     learn.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
 
     ask = commands.add_parser(

@@ -14,8 +14,9 @@ The statements come from three sources, each optional:
 
 Each statement is read against the schema as the learning role sees it; what is not one SELECT
 over its tables is skipped. A statement already recorded keeps its embedding (only its call
-count and `last_seen` change), so a second run embeds only what is new. Progress goes to
-stderr.
+count and `last_seen` change, and a user's question replaces none or the LLM's), so a second
+run embeds only what is new. `pgnl learn` then has the LLM write a question for each record
+without one (`proxy.learn_questions`). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -222,12 +223,12 @@ def write(
     for digest, (_, statement) in merged.items():
         if digest in known:
             conn.execute(
-                "UPDATE nl.ambiguity SET calls = greatest(calls, %s), last_seen = now(), "
-                "question = coalesce(question, %s) "
+                "UPDATE nl.ambiguity SET calls = greatest(calls, %s), last_seen = now() "
                 "WHERE database_name = current_database() AND statement_hash = %s",
-                [statement.calls, statement.question, digest],
+                [statement.calls, digest],
             )
             report.updated += 1
+    _ask_by_users(conn, embedder, {d: s.question for d, (_, s) in merged.items() if d in known})
     new = [(r, s) for digest, (r, s) in merged.items() if digest not in known]
     shown = _Progress(stream, len(new))
     for start in range(0, len(new), BATCH):
@@ -239,6 +240,33 @@ def write(
                 insert(conn, record, statement, vector_literal(vector))
         report.added += len(batch)
         shown.step(len(batch))
+
+
+def _ask_by_users(
+    conn: psycopg.Connection[Any], embedder: Embedder, questions: dict[str, str | None]
+) -> None:
+    """Known records that now come with a user's question (nl.query_log) where they had none, or
+    only the LLM's: that question written, and embedded in place of what was."""
+    asked = {digest: q for digest, q in questions.items() if q}
+    if not asked:
+        return
+    rows = conn.execute(
+        "SELECT statement_hash FROM nl.ambiguity WHERE database_name = current_database() "
+        "AND statement_hash = ANY(%s) AND (question IS NULL OR synthetic)",
+        [list(asked)],
+    ).fetchall()
+    digests = [str(row[0]) for row in rows]
+    for start in range(0, len(digests), BATCH):
+        batch = digests[start : start + BATCH]
+        vectors = checked_embeddings(embedder, [asked[d] for d in batch])
+        with conn.transaction():
+            for digest, vector in zip(batch, vectors, strict=True):
+                conn.execute(
+                    "UPDATE nl.ambiguity SET question = %s, synthetic = false, "
+                    "embedding = %s::vector "
+                    "WHERE database_name = current_database() AND statement_hash = %s",
+                    [asked[digest], vector_literal(vector), digest],
+                )
 
 
 INSERT = """

@@ -682,6 +682,12 @@ class BlockingLLM:
         future = asyncio.run_coroutine_threadsafe(self.completer.completion(messages), self.loop)
         return future.result(self.completer.settings.deadline_s + 5)
 
+    def text(self, messages: Sequence[Message]) -> str:
+        """The LLM's raw answer to `messages` (`LLMCompleter.answer`: not read as SQL), from a
+        thread that is not the loop's."""
+        future = asyncio.run_coroutine_threadsafe(self.completer.answer(messages), self.loop)
+        return future.result(self.completer.settings.deadline_s + 5)[0]
+
     def close(self) -> None:
         """Close the completer; stop the loop when it is this bridge's own."""
         if self._thread is None:

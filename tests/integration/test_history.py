@@ -23,13 +23,15 @@ from psycopg.types.string import TextLoader
 from benchmarks.query_history import LEAVE_ONE_OUT, LEAVE_PATTERN_OUT, LeaveOut
 from proxy.config import LLMSettings, Settings
 from proxy.learn import FILE, QUERY_LOG, STAT_STATEMENTS, learn
+from proxy.learn_questions import write_questions
 from proxy.nl2sql.answer import Answer
 from proxy.nl2sql.database import PGNL_MARK, PsycopgDatabase
 from proxy.nl2sql.history import History
 from proxy.nl2sql.llm import BlockingLLM
 from proxy.nl2sql.pipeline import load_pipeline
+from proxy.nl2sql.schema import introspect
 from proxy.runtime import load_embedder
-from tests.fix_llm import ScriptedLLM
+from tests.fix_llm import ScriptedLLM, Status
 from tests.fix_pg import Postgres, demo_database
 from tests.fix_proxy import run_pgnl
 
@@ -241,10 +243,11 @@ def test_pgnl_learn_from_the_command_line(
     log.write_text(LOG)
     done = run_pgnl(
         "learn", "--dsn", university, "--file", str(log), "--no-query-log", "--no-stat-statements"
-    )
+    )  # the test environment names no LLM (PGNL_LLM_PROVIDER=none)
     assert done.returncode == 0, done.stderr
     assert "3 records added" in done.stdout and "3 statements skipped" in done.stdout
     assert "learn: 3/3 new statements embedded" in done.stderr
+    assert "no LLM" in done.stdout  # no question written, and how to have them
     missing = run_pgnl("learn", "--dsn", university, "--file", str(tmp_path / "none.sql"))
     assert missing.returncode == 1 and "none.sql" in missing.stderr
 
@@ -293,3 +296,117 @@ def test_the_history_reads_alike_from_a_database_that_returns_text(
             found.append(history.near(question, 8))
     assert found[0] == found[1]
     assert "table students" in found[1][0].features
+
+
+def scripted(llm_server: ScriptedLLM) -> BlockingLLM:
+    llm = BlockingLLM.start(
+        LLMSettings(base_url=llm_server.base_url, model="scripted", timeout_s=1.0, deadline_s=2.5)
+    )
+    assert llm is not None
+    return llm
+
+
+def distance(conn: psycopg.Connection[Any], statement: str, text: str) -> float:
+    """The cosine distance of the statement's record's embedding from `text`'s."""
+    (vector,) = load_embedder().embed([text])
+    row = conn.execute(
+        "SELECT embedding <=> %s::vector FROM nl.ambiguity WHERE statement = %s",
+        [str(list(map(float, vector))), statement],
+    ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def test_the_llm_writes_the_questions_of_statements_learned_without_one(
+    admin: psycopg.Connection[Any], llm_server: ScriptedLLM
+) -> None:
+    embedder = load_embedder()
+    learn(admin, embedder, sources=(), files=[LOG, CITIES], progress=False)
+    schema = introspect(PsycopgDatabase(admin), name=DB)
+    counted = "SELECT count(*) FROM enrollments WHERE grade = 'A'"
+    # the most run first (CITIES, twice); then CREDITS, whose answer holds no question
+    llm_server.script(
+        "Question: Which students live in Boston?",
+        "SELECT c.title FROM courses c",
+        "How many A grades?",
+    )
+    llm = scripted(llm_server)
+    try:
+        report = write_questions(admin, embedder, llm, schema)
+    finally:
+        llm.close()
+    assert (report.written, report.unusable) == (2, 1)
+    found = statements(admin)
+    assert found[CITIES][2] == "Which students live in Boston?"
+    assert found[counted][2] == "How many A grades?" and found[CREDITS][2] is None
+    synthetic = dict(admin.execute("SELECT statement, synthetic FROM nl.ambiguity").fetchall())
+    assert synthetic == {CITIES: True, counted: True, CREDITS: False}
+    # the record is found by its question now, not by its words
+    assert distance(admin, CITIES, "Which students live in Boston?") < 0.01
+    first = llm_server.requests[0].content("user")
+    assert f'"{CITIES}"' in first  # the statement, as data
+    assert "CREATE TABLE students" in first and "CREATE TABLE courses" not in first  # its tables
+    # a user's own question replaces the LLM's when the statement is learned again
+    admin.execute(
+        "INSERT INTO nl.query_log (logged_at, directive, question, chosen_sql, outcome) "
+        "VALUES (now() - interval '1 hour', 'nl', 'students from boston', %s, 'answered')",
+        [CITIES],
+    )
+    try:
+        learn(admin, embedder, sources=(QUERY_LOG,), progress=False)
+    finally:
+        admin.execute("DELETE FROM nl.query_log")
+    assert statements(admin)[CITIES][2] == "students from boston"
+    assert distance(admin, CITIES, "students from boston") < 0.01
+    assert not admin.execute(
+        "SELECT synthetic FROM nl.ambiguity WHERE statement = %s", [CITIES]
+    ).fetchone()[0]  # type: ignore[index]
+
+
+def test_the_question_pass_stops_while_the_llm_fails_and_goes_on_next_time(
+    admin: psycopg.Connection[Any], llm_server: ScriptedLLM
+) -> None:
+    embedder = load_embedder()
+    learn(admin, embedder, sources=(), files=[LOG], progress=False)
+    schema = introspect(PsycopgDatabase(admin), name=DB)
+    llm_server.script(then=Status(400, "no such model"))  # refused: no retry
+    llm = scripted(llm_server)
+    try:
+        stopped = write_questions(admin, embedder, llm, schema)
+        assert stopped.written == 0 and "3 LLM errors in a row" in stopped.note
+        assert "run pgnl learn again" in stopped.summary()
+        llm_server.script(then="What is it?")
+        again = write_questions(admin, embedder, llm, schema)
+    finally:
+        llm.close()
+    assert again.written == 3 and not again.note
+    assert {q for _, _, q in statements(admin).values()} == {"What is it?"}
+
+
+def test_pgnl_learn_has_the_llm_write_the_questions(
+    admin: psycopg.Connection[Any],
+    university: str,
+    llm_server: ScriptedLLM,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = tmp_path / "saved.sql"
+    log.write_text(LOG)
+    llm_server.script(then="What is it?")
+    for name, value in {
+        "PGNL_LLM_PROVIDER": "openai",
+        "PGNL_LLM_BASE_URL": llm_server.base_url,
+        "PGNL_LLM_MODEL": "scripted",
+    }.items():
+        monkeypatch.setenv(name, value)
+    args = ("learn", "--dsn", university, "--file", str(log), "--no-query-log")
+    done = run_pgnl(*args, "--no-stat-statements", "--no-questions")
+    assert done.returncode == 0, done.stderr
+    assert not llm_server.requests and "questions" not in done.stdout
+    done = run_pgnl(*args, "--no-stat-statements")
+    assert done.returncode == 0, done.stderr
+    assert "3 questions written by the LLM" in done.stdout
+    assert "learn: 3/3 statements asked for their question" in done.stderr
+    assert len(llm_server.requests) == 3
+    done = run_pgnl(*args, "--no-stat-statements")  # nothing left to ask
+    assert done.returncode == 0 and len(llm_server.requests) == 3

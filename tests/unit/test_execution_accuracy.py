@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.execution_accuracy import (
+    AGREE,
     ANSWERED_EMPTY,
     ANSWERED_NESTED,
     ANSWERED_SET_OPERATION,
-    AGREE,
     ANSWERED_WRONG,
     DISAGREE,
     LLM_OWN_QUERY,
