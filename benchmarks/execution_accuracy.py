@@ -172,6 +172,7 @@ from proxy.llm_model import PACKAGED_MODELS
 from proxy.migrate import MigrationError, migrate
 from proxy.nl2sql.answer import TRACE_COLUMNS, TraceRow
 from proxy.nl2sql.database import PsycopgDatabase
+from proxy.nl2sql.llm import BlockingLLM
 from proxy.nl2sql.pipeline import NO_ANSWER, STAGES, UNGUIDED
 from proxy.nl2sql.schema import Schema, introspect
 from proxy.nl2sql.settle import ALL_AGREEING, NO_OTHER_READING
@@ -2008,7 +2009,7 @@ async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.
     leave_out = LeaveOut(dsns, args.history)
     stack.callback(leave_out.close)
     if args.history != query_history.NONE:
-        learn_history(dsns, db_ids)
+        learn_history(dsns, db_ids, args.history_questions, args.llm[0] if args.llm else "")
     upstream = upstream_of(admin_dsn)
     modes: list[Mode] = []
     runners: dict[str, Runner] = {}
@@ -2069,22 +2070,53 @@ async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.
     return run
 
 
-def learn_history(dsns: Mapping[str, str], db_ids: Sequence[str]) -> None:
+def learn_history(
+    dsns: Mapping[str, str],
+    db_ids: Sequence[str],
+    questions: Path | None = None,
+    model: str = "",
+) -> None:
     """Each database's query history: the gold statements of all its dev questions
-    (`benchmarks.query_history`)."""
+    (`benchmarks.query_history`), with the questions the embedded `model` writes for them
+    where `questions` (the file of its answers) is given."""
     every, _, _ = dev_items(list(db_ids), 0, 0, 0)
     statements: dict[str, list[str]] = {db_id: [] for db_id in db_ids}
     for item in every:
         if item.gold_pg is not None:
             statements[item.db_id].append(item.gold_pg)
     started = time.perf_counter()
-    reports = query_history.learn_gold(dsns, statements, load_embedder())
-    added = sum(r.added for r in reports.values())
-    skipped = sum(r.skipped for r in reports.values())
-    progress(
+    writer = None
+    if questions is not None:
+        writer = query_history.CachedQuestions(questions, lambda: _question_llm(model))
+    try:
+        reports = query_history.learn_gold(dsns, statements, load_embedder(), writer)
+    finally:
+        if writer is not None:
+            writer.close()
+    added = sum(r.added for r, _ in reports.values())
+    skipped = sum(r.skipped for r, _ in reports.values())
+    line = (
         f"query history: {added} records over {len(reports)} databases ({skipped} gold "
-        f"statements not read as one SELECT), {time.perf_counter() - started:.1f} s"
+        f"statements not read as one SELECT)"
     )
+    if writer is not None:
+        written = sum(q.written for _, q in reports.values())
+        line += (
+            f", {written} with a question by {model_label(model)} ({writer.asked} asked now, "
+            f"the others from {questions})"
+        )
+    progress(f"{line}, {time.perf_counter() - started:.1f} s")
+
+
+def _question_llm(model: str) -> BlockingLLM:
+    """The embedded `model`, started to write the history's questions."""
+    environ = {**os.environ, **model_environment(model), "PGNL_LLM_PROVIDER": "embedded"}
+    environ["PGNL_LLM_BASE_URL"] = ""
+    progress(f"query history: starting {model_label(model)} to write the questions")
+    llm = BlockingLLM.start(config.load(environ=environ).llm)
+    if llm is None:
+        raise BenchError(f"--history-questions: {model} did not start")
+    return llm
 
 
 def _kinds(text: str) -> list[str]:
@@ -2196,6 +2228,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(leave-one-out), or every statement of its pattern (leave-pattern-out). Default: none",
     )
     parser.add_argument(
+        "--history-questions",
+        type=Path,
+        metavar="FILE",
+        help="with --history: the records get the questions the (first) --llm model writes for "
+        "them (as pgnl learn has the LLM write them), its answers kept in FILE so that a later "
+        "run asks only for what FILE lacks. Default: none (the records are found by their words)",
+    )
+    parser.add_argument(
         "--nearest-examples",
         action="store_true",
         help="beside each full mode, the same showing the LLM the query history's statements "
@@ -2223,6 +2263,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--llm needs alone or full among --modes")
     if set(args.modes) <= set(EMBEDDED_KINDS) and not args.llm:
         parser.error("--modes alone/full need --llm MODEL")
+    if args.history_questions is not None and (args.history == query_history.NONE or not args.llm):
+        parser.error("--history-questions needs --history and --llm (the model that writes them)")
     return args
 
 

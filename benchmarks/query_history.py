@@ -13,20 +13,31 @@ statement is left out (`LeaveOut.around`):
   database's other queries.
 
 What is left out is put back, byte for byte, before the next question.
+
+With `questions` (`--history-questions FILE`), the records get the question an LLM writes for
+each (`proxy.learn_questions`, as `pgnl learn` has it written), and are found by it. The LLM's
+answers are kept in FILE (`CachedQuestions`), so that a later run asks only for what is new.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from pglast.parser import ParseError, fingerprint
 
 from proxy.learn import FILE, LearnReport, Statement, write
+from proxy.learn_questions import QuestionsReport, QuestionWriter, write_questions
 from proxy.nl2sql.database import PsycopgDatabase
 from proxy.nl2sql.history import statement_hash
+from proxy.nl2sql.llm import BlockingLLM
+from proxy.nl2sql.prompts import Message
 from proxy.nl2sql.schema import introspect
 from proxy.valueindex.common import Embedder
 
@@ -37,20 +48,66 @@ SETTINGS = (NONE, LEAVE_ONE_OUT, LEAVE_PATTERN_OUT)
 
 
 def learn_gold(
-    dsns: Mapping[str, str], gold: Mapping[str, Sequence[str]], embedder: Embedder
-) -> dict[str, LearnReport]:
-    """Each database's history made of its dev questions' gold statements; db_id -> report."""
-    reports: dict[str, LearnReport] = {}
+    dsns: Mapping[str, str],
+    gold: Mapping[str, Sequence[str]],
+    embedder: Embedder,
+    questions: QuestionWriter | None = None,
+) -> dict[str, tuple[LearnReport, QuestionsReport]]:
+    """Each database's history made of its dev questions' gold statements, with the questions
+    `questions` writes for them where given; db_id -> reports."""
+    reports: dict[str, tuple[LearnReport, QuestionsReport]] = {}
     for db_id, statements in gold.items():
-        report = LearnReport()
+        report, asked = LearnReport(), QuestionsReport()
         with psycopg.connect(dsns[db_id], autocommit=True) as conn:
             conn.execute("DELETE FROM nl.ambiguity WHERE database_name = current_database()")
             schema = introspect(PsycopgDatabase(conn), name=conn.info.dbname)
             ran = [s for s in statements if _runs(conn, s)]
             report.skipped += len(statements) - len(ran)  # a log holds what ran
             write(conn, embedder, schema, [Statement(s, FILE) for s in ran], report)
-        reports[db_id] = report
+            if questions is not None:
+                asked = write_questions(conn, embedder, questions, schema, stream=sys.stderr)
+        reports[db_id] = (report, asked)
     return reports
+
+
+class CachedQuestions:
+    """A QuestionWriter that keeps the LLM's answers in a file (JSON lines: the digest of the
+    prompt, the answer) and asks the LLM, started on the first need (`start`), only for prompts
+    the file lacks: the embedded LLM takes the better part of an hour for Spider dev's ~1000
+    statements on a small CPU."""
+
+    def __init__(self, path: Path, start: Callable[[], BlockingLLM]) -> None:
+        self.path = path
+        self.start = start
+        self.llm: BlockingLLM | None = None
+        self.answers: dict[str, str] = {}
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    record = json.loads(line)
+                    self.answers[str(record["prompt"])] = str(record["answer"])
+        self.asked = 0  # answers this run asked the LLM for
+
+    @staticmethod
+    def digest(messages: Sequence[Message]) -> str:
+        text = json.dumps([[m.role, m.content] for m in messages], ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def text(self, messages: Sequence[Message]) -> str:
+        key = self.digest(messages)
+        if key not in self.answers:
+            if self.llm is None:
+                self.llm = self.start()
+            self.answers[key] = self.llm.text(messages)
+            self.asked += 1
+            with self.path.open("a", encoding="utf-8") as out:
+                out.write(json.dumps({"prompt": key, "answer": self.answers[key]}) + "\n")
+        return self.answers[key]
+
+    def close(self) -> None:
+        if self.llm is not None:
+            self.llm.close()
+            self.llm = None
 
 
 _MOVE = {

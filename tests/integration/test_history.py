@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg.types.string import TextLoader
 
-from benchmarks.query_history import LEAVE_ONE_OUT, LEAVE_PATTERN_OUT, LeaveOut
+from benchmarks.query_history import LEAVE_ONE_OUT, LEAVE_PATTERN_OUT, CachedQuestions, LeaveOut
 from proxy.config import LLMSettings, Settings
 from proxy.learn import FILE, QUERY_LOG, STAT_STATEMENTS, learn
 from proxy.learn_questions import write_questions
@@ -29,6 +29,7 @@ from proxy.nl2sql.database import PGNL_MARK, PsycopgDatabase
 from proxy.nl2sql.history import History
 from proxy.nl2sql.llm import BlockingLLM
 from proxy.nl2sql.pipeline import load_pipeline
+from proxy.nl2sql.prompts import Message
 from proxy.nl2sql.schema import introspect
 from proxy.runtime import load_embedder
 from tests.fix_llm import ScriptedLLM, Status
@@ -410,3 +411,30 @@ def test_pgnl_learn_has_the_llm_write_the_questions(
     assert len(llm_server.requests) == 3
     done = run_pgnl(*args, "--no-stat-statements")  # nothing left to ask
     assert done.returncode == 0 and len(llm_server.requests) == 3
+
+
+def test_the_benchmark_keeps_the_llms_answers_and_asks_only_for_new_ones(
+    llm_server: ScriptedLLM, tmp_path: Any
+) -> None:
+    file = tmp_path / "questions.jsonl"
+    llm_server.script("What is a?", "What is b?")
+    started: list[BlockingLLM] = []
+
+    def start() -> BlockingLLM:
+        started.append(scripted(llm_server))
+        return started[-1]
+
+    first, second = [Message("user", "a")], [Message("user", "b")]
+    writer = CachedQuestions(file, start)
+    try:
+        assert writer.text(first) == writer.text(first) == "What is a?"
+    finally:
+        writer.close()
+    assert len(llm_server.requests) == 1 and writer.asked == 1
+    again = CachedQuestions(file, start)
+    try:
+        assert again.text(first) == "What is a?" and len(started) == 1  # from the file
+        assert again.text(second) == "What is b?" and len(started) == 2
+    finally:
+        again.close()
+    assert len(llm_server.requests) == 2 and len(file.read_text().splitlines()) == 2
