@@ -1,8 +1,8 @@
 """Questions for the query history's statements that came without one (Soma-SQL's synthetic
 questions): `pgnl learn`, where an LLM is configured, asks it what question each such record of
-nl.ambiguity answers (`prompts.statement_question`: the statement with the schema of its
-tables), and embeds that question in place of the statement's words. A later question is then
-matched against questions, as it is for the records learned from nl.query_log.
+nl.ambiguity answers (`prompts.statement_question`: the statement, after the schema), and embeds
+that question in place of the statement's words. A later question is then matched against
+questions, as it is for the records learned from nl.query_log.
 
 The records are taken most-run first; each is written as soon as its question is, so an
 interrupted run keeps what it wrote and the next run asks only for the rest. An answer that is
@@ -28,6 +28,10 @@ from proxy.nl2sql.schema import Schema
 from proxy.valueindex.common import Embedder, checked_embeddings, vector_literal
 
 MAX_QUESTION_CHARS = 300
+# A schema of at most this many columns is shown whole, the same for every statement, so that an
+# LLM server that keeps its last prompt's KV cache (the embedded one does) reads only the
+# statement anew; a larger one is cut to the statement's tables.
+WHOLE_SCHEMA_COLUMNS = 300
 MAX_FAILURES_IN_A_ROW = 3
 LOG_INTERVAL_S = 5.0
 
@@ -96,19 +100,23 @@ def write_questions(
     schema: Schema,
     *,
     stream: TextIO | None = None,
+    whole_schema_columns: int = WHOLE_SCHEMA_COLUMNS,
 ) -> QuestionsReport:
     """A question from `llm` for each record of nl.ambiguity that has none, written with its
-    embedding; `conn` is an autocommit connection as the owner of the nl tables."""
+    embedding; `conn` is an autocommit connection as the owner of the nl tables. A schema of
+    more than `whole_schema_columns` is shown cut to each statement's tables."""
     report = QuestionsReport()
     rows = conn.execute(WITHOUT_QUESTION).fetchall()
     index = {(t.schema, t.name): i for i, t in enumerate(schema.tables)}
     started = shown = time.monotonic()
     failures = 0
     for done, (record_id, statement, tables) in enumerate(rows, 1):
-        names = json.loads(tables) if isinstance(tables, str) else tables
-        shown_tables = [index[(s, t)] for s, t in names if (s, t) in index]
+        in_prompt: list[int] | None = None  # the whole schema
+        if len(schema.columns) > whole_schema_columns:
+            names = json.loads(tables) if isinstance(tables, str) else tables
+            in_prompt = [index[(s, t)] for s, t in names if (s, t) in index] or None
         try:
-            answer = llm.text(statement_question(statement, schema, shown_tables or None))
+            answer = llm.text(statement_question(statement, schema, in_prompt))
         except (LLMError, concurrent.futures.TimeoutError) as exc:
             failures += 1
             if failures >= MAX_FAILURES_IN_A_ROW:

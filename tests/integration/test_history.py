@@ -345,8 +345,8 @@ def test_the_llm_writes_the_questions_of_statements_learned_without_one(
     # the record is found by its question now, not by its words
     assert distance(admin, CITIES, "Which students live in Boston?") < 0.01
     first = llm_server.requests[0].content("user")
-    assert f'"{CITIES}"' in first  # the statement, as data
-    assert "CREATE TABLE students" in first and "CREATE TABLE courses" not in first  # its tables
+    assert f'"{CITIES}"' in first  # the statement, as data, after the whole (small) schema
+    assert first.index("CREATE TABLE courses") < first.index("</schema>") < first.index(CITIES)
     # a user's own question replaces the LLM's when the statement is learned again
     admin.execute(
         "INSERT INTO nl.query_log (logged_at, directive, question, chosen_sql, outcome) "
@@ -382,6 +382,22 @@ def test_the_question_pass_stops_while_the_llm_fails_and_goes_on_next_time(
         llm.close()
     assert again.written == 3 and not again.note
     assert {q for _, _, q in statements(admin).values()} == {"What is it?"}
+
+
+def test_a_large_schema_is_cut_to_the_statements_tables(
+    admin: psycopg.Connection[Any], llm_server: ScriptedLLM
+) -> None:
+    embedder = load_embedder()
+    learn(admin, embedder, sources=(), files=[CITIES], progress=False)
+    schema = introspect(PsycopgDatabase(admin), name=DB)
+    llm_server.script("Who lives in Boston?")
+    llm = scripted(llm_server)
+    try:
+        write_questions(admin, embedder, llm, schema, whole_schema_columns=len(schema.columns) - 1)
+    finally:
+        llm.close()
+    prompt = llm_server.requests[0].content("user")
+    assert "CREATE TABLE students" in prompt and "CREATE TABLE courses" not in prompt
 
 
 def test_pgnl_learn_has_the_llm_write_the_questions(
