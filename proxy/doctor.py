@@ -396,14 +396,14 @@ def history_checks(conn: psycopg.Connection[Any]) -> Iterator[Check]:
         return  # an older nl schema: the migration check says to run pgnl migrate
     try:
         row = conn.execute(
-            "SELECT count(*), current_setting('shared_preload_libraries') FROM nl.ambiguity "
-            "WHERE database_name = current_database()"
+            "SELECT count(*), count(question), current_setting('shared_preload_libraries') "
+            "FROM nl.ambiguity WHERE database_name = current_database()"
         ).fetchone()
     except psycopg.Error as exc:
         yield Check(name, WARN, f"cannot be read: {_one_line(exc)}", "run pgnl migrate")
         return
     assert row is not None
-    records, preloaded = row
+    records, asked, preloaded = row
     source = (
         "pg_stat_statements is loaded"
         if "pg_stat_statements" in str(preloaded)
@@ -418,7 +418,12 @@ def history_checks(conn: psycopg.Connection[Any]) -> Iterator[Check]:
             f"database runs); {source}",
         )
         return
-    yield Check(name, OK, f"{records:,} records this role may read; {source}")
+    yield Check(
+        name,
+        OK,
+        f"{records:,} records this role may read, {asked:,} of them with a question (the "
+        f"others are found by their words; pgnl learn with an LLM writes them); {source}",
+    )
 
 
 def _search_index_check(conn: psycopg.Connection[Any]) -> Check:

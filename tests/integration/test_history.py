@@ -427,6 +427,10 @@ def test_pgnl_learn_has_the_llm_write_the_questions(
     assert len(llm_server.requests) == 3
     done = run_pgnl(*args, "--no-stat-statements")  # nothing left to ask
     assert done.returncode == 0 and len(llm_server.requests) == 3
+    doctor = run_pgnl("--log-level", "warning", "doctor", "--dsn", university, timeout=120)
+    assert "query history: 3 records this role may read, 3 of them with a question" in (
+        doctor.stdout
+    )
 
 
 def test_the_benchmark_keeps_the_llms_answers_and_asks_only_for_new_ones(
