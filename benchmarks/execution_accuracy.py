@@ -606,17 +606,19 @@ AGREE = "agree"  # the ambiguity stage found no reading returning other rows tha
 DISAGREE = "disagree"  # it found one at least
 
 
-def readings_of(trace: Sequence[TraceRow]) -> str:
+def ambiguity_outcomes(trace: Sequence[TraceRow]) -> list[str]:
+    """The outcomes of the trace's ambiguity rows, in order."""
+    return [row.outcome for row in trace if row.stage == "ambiguity"]
+
+
+def readings_of(outcomes: Sequence[str]) -> str:
     """Whether the question's candidates agree (AGREE), disagree (DISAGREE), or were not
-    compared ("": no ambiguity row in the trace: the stage is off, or nothing answered)."""
-    rows = [row for row in trace if row.stage == "ambiguity"]
-    if not rows:
-        return ""
-    if len(rows) == 1 and (
-        rows[0].outcome.endswith(ALL_AGREEING) or rows[0].outcome == NO_OTHER_READING
-    ):
+    compared (""), from the outcomes of its ambiguity rows (`ambiguity_outcomes`): the stage
+    says in one row that no other reading returns other rows, or it compares them; no row: the
+    stage is off, or nothing answered."""
+    if any(o.endswith(ALL_AGREEING) or o == NO_OTHER_READING for o in outcomes):
         return AGREE
-    return DISAGREE
+    return DISAGREE if outcomes else ""
 
 
 def logged_trace(trace: Sequence[Mapping[str, Any]]) -> list[TraceRow]:
@@ -1058,7 +1060,7 @@ class Asked:
     restarted: bool = False  # the proxy was found dead after it, and restarted
     internal_errors: list[str] = field(default_factory=list)  # proxy log lines meanwhile
     rules: list[str] = field(default_factory=list)  # the PLM-only rules that fired (`rules_fired`)
-    readings: str = ""  # AGREE, DISAGREE or "" (`readings_of`)
+    ambiguity: list[str] = field(default_factory=list)  # `ambiguity_outcomes`
 
 
 def _one_line(text: str) -> str:
@@ -1104,7 +1106,7 @@ def logged_answer(reply: Reply, question: str) -> Logged:
 def _traced(asked: Asked, trace: Sequence[TraceRow], chosen: int | None) -> None:
     asked.chosen = chosen
     asked.rules = rules_fired(trace)
-    asked.readings = readings_of(trace)
+    asked.ambiguity = ambiguity_outcomes(trace)
     usage = llm_usage(trace)
     asked.llm_requests = usage.requests
     asked.prompt_tokens = usage.prompt_tokens
@@ -1888,7 +1890,9 @@ def _twin_table(run: Run) -> list[str]:
     for mode, twin in pairs:
         cells = []
         for part in (DISAGREE, AGREE, ""):
-            numbers = [i.number for i in judged if mode.results[i.number].readings == part]
+            numbers = [
+                i.number for i in judged if readings_of(mode.results[i.number].ambiguity) == part
+            ]
             mine = sum(mode.results[n].match for n in numbers)
             theirs = sum(twin.results[n].match for n in numbers)
             cells += [str(len(numbers)), f"{mine} / {theirs}"]

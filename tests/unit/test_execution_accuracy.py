@@ -34,6 +34,7 @@ from benchmarks.execution_accuracy import (
     Resumed,
     Run,
     SketchView,
+    ambiguity_outcomes,
     ask_all,
     blank_result,
     candidate_of_sql,
@@ -323,16 +324,20 @@ def test_rules_fired_reads_the_trace_notes() -> None:
 
 def test_readings_of_reads_the_ambiguity_rows() -> None:
     sketch = TraceRow("sketch", None, None, "", "8 sketches", 1)
+    sought = TraceRow("ambiguity", 1, None, "", "other readings: up to 2 more", 1)
     agreeing = TraceRow("ambiguity", 1, None, "", "2 other readings, all agreeing", 1)
     alone = TraceRow("ambiguity", 1, None, "", "no other reading answers", 1)
     probed = TraceRow("ambiguity", 3, None, "'x' in a.b: 4 rows", "value: open", 1)
     kept = TraceRow("ambiguity", 1, None, "", "the seed (candidate 1) stands: 0 agree", 1)
-    assert readings_of([sketch, agreeing]) == AGREE
-    assert readings_of([sketch, alone]) == AGREE
-    assert readings_of([sketch, probed, kept]) == DISAGREE
-    # other rows but nothing to compare part by part: they still disagree
-    assert readings_of([kept]) == DISAGREE
-    assert readings_of([sketch]) == ""  # the stage is off, or nothing answered
+    assert ambiguity_outcomes([sketch, sought, probed]) == [sought.outcome, probed.outcome]
+    for trace, readings in [
+        ([sketch, sought, agreeing], AGREE),
+        ([sketch, alone], AGREE),
+        ([sketch, sought, probed, kept], DISAGREE),
+        ([kept], DISAGREE),  # other rows, nothing to compare part by part: they disagree
+        ([sketch], ""),  # the stage is off, or nothing answered
+    ]:
+        assert readings_of(ambiguity_outcomes(trace)) == readings, trace
 
 
 def test_the_report_sets_the_stage_against_its_twin_where_candidates_disagree() -> None:
@@ -341,8 +346,8 @@ def test_the_report_sets_the_stage_against_its_twin_where_candidates_disagree() 
     twin = Mode("full m, no ambiguity stage", "full", "without", 120.0)
     for n in range(6):
         # 0-2 disagree (the stage wins 0 and 1, loses 2), 3-4 agree (both right), 5 no answer
-        readings = DISAGREE if n < 3 else AGREE if n < 5 else ""
-        stage.results[n] = Asked(latency_ms=130.0, match=n in (0, 1, 3, 4), readings=readings)
+        outcomes = ["value: open"] if n < 3 else ["2 other readings, all agreeing"] if n < 5 else []
+        stage.results[n] = Asked(latency_ms=130.0, match=n in (0, 1, 3, 4), ambiguity=outcomes)
         twin.results[n] = Asked(latency_ms=100.0, match=n in (2, 3, 4))
     run = Run(items, 6, Counter(), [stage, twin])
     run.judged = items
