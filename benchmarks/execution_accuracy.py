@@ -2013,7 +2013,8 @@ async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.
     leave_out = LeaveOut(dsns, args.history)
     stack.callback(leave_out.close)
     if args.history != query_history.NONE:
-        learn_history(dsns, db_ids, args.history_questions, args.llm[0] if args.llm else "")
+        writer = args.llm[0] if args.llm else config.LLMSettings().embedded_model
+        learn_history(dsns, db_ids, args.history_questions, writer)
     upstream = upstream_of(admin_dsn)
     modes: list[Mode] = []
     runners: dict[str, Runner] = {}
@@ -2235,9 +2236,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--history-questions",
         type=Path,
         metavar="FILE",
-        help="with --history: the records get the questions the (first) --llm model writes for "
-        "them (as pgnl learn has the LLM write them), its answers kept in FILE so that a later "
-        "run asks only for what FILE lacks. Default: none (the records are found by their words)",
+        help="with --history: the records get the questions the (first) --llm model, else the "
+        "default embedded model, writes for them (as pgnl learn has the LLM write them), its "
+        "answers kept in FILE so that a later run asks only for what FILE lacks. Default: none "
+        "(the records are found by their words)",
     )
     parser.add_argument(
         "--nearest-examples",
@@ -2267,8 +2269,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--llm needs alone or full among --modes")
     if set(args.modes) <= set(EMBEDDED_KINDS) and not args.llm:
         parser.error("--modes alone/full need --llm MODEL")
-    if args.history_questions is not None and (args.history == query_history.NONE or not args.llm):
-        parser.error("--history-questions needs --history and --llm (the model that writes them)")
+    if args.history_questions is not None and args.history == query_history.NONE:
+        parser.error("--history-questions needs --history")
     return args
 
 

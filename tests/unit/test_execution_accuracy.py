@@ -367,6 +367,14 @@ def test_numbers_choose_questions_by_their_place() -> None:
         parse_args(["--numbers", "3", "--limit", "5"])
 
 
+def test_the_historys_questions_need_a_history(tmp_path: Path) -> None:
+    file = tmp_path / "questions.jsonl"
+    args = parse_args(["--history", "leave-one-out", "--history-questions", str(file)])
+    assert args.history_questions == file and not args.llm  # the default model writes them
+    with pytest.raises(SystemExit):
+        parse_args(["--history-questions", str(file)])
+
+
 def test_choose_draws_a_reproducible_sample_in_order() -> None:
     numbers = list(range(0, 2000, 2))
     drawn = choose(numbers, sample=10, seed=1)
