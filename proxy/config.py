@@ -526,7 +526,7 @@ class AmbiguitySettings:
         ),
     )
     history_examples: int = field(
-        default=3,
+        default=1,
         metadata=_doc(
             "Statements of the query history shown to the LLM as examples of the SQL that runs "
             "on the database (0: none); which ones: history_examples_by."
