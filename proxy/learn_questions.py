@@ -56,7 +56,8 @@ class QuestionsReport:
 
 
 _LABEL = re.compile(r"^\s*(?:[-*#>]+\s*)?(?:\*\*)?(?:question|q)\s*[:.]\s*(?:\*\*)?\s*", re.I)
-_SQL = re.compile(r"^\s*(?:select|with|from)\b", re.I)
+# SQL, not a question: "From which city ...?" and "With how many ...?" are questions.
+_SQL = re.compile(r"^\s*(?:select\s+\S|with\s+\w+\s+as\s*\()", re.I)
 
 
 def question_of(answer: str) -> str | None:
