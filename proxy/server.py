@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Callable
@@ -101,8 +102,15 @@ class UpstreamConnection(asyncio.Protocol):
         self.client.send_server = self.transport.write
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+        transport, self.transport = self.transport, None
         self.client.send_server = _discard
+        if isinstance(exc, OSError) and transport is not None:
+            # A write failed (PostgreSQL had closed: a FATAL, a terminated backend) and the loop
+            # closes without reading what PostgreSQL sent before it closed, often the error
+            # that says why. Like libpq after a failed write, read it first and pass it on.
+            pending = _unread(transport)
+            if pending:
+                self.session.server_data(pending)
         self.session.upstream_closed()
 
     def pause_writing(self) -> None:
@@ -110,6 +118,28 @@ class UpstreamConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.client.resume_reading()
+
+
+def _unread(transport: asyncio.BaseTransport, limit: int = 1 << 20) -> bytes:
+    """What the peer sent that the kernel still holds for a transport closing on an error (the
+    socket is open until `connection_lost` returns); b"" when there is none or it cannot be read."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return b""
+    chunks: list[bytes] = []
+    try:
+        with socket.socket(fileno=os.dup(sock.fileno())) as dup:
+            dup.setblocking(False)
+            size = 0
+            while size < limit:
+                chunk = dup.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+    except OSError:  # nothing more (EAGAIN), the reset itself, or the fd already gone
+        pass
+    return b"".join(chunks)
 
 
 def _no_delay(transport: asyncio.BaseTransport) -> None:
