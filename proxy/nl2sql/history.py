@@ -211,18 +211,11 @@ class History:
         if not held or not held[0][0]:
             return []  # no history: the question is not embedded
         vector = vector_literal(checked_embeddings(self.embedder, [question])[0])
-        rows = self._fetch(
-            """
-            SELECT statement, array_to_string(features, E'\\n'), question, calls,
-                   1 - (embedding <=> $1::vector) AS similarity
-              FROM nl.ambiguity
-             WHERE database_name = current_database()
-             ORDER BY embedding <=> $1::vector, id
-             LIMIT $2
-            """,
-            [vector, k],
-        )
-        return [_retrieved(row) for row in rows]
+        # nl.history_near (migration 0013) lets the index scan go on until k records this
+        # role may read are found; its order is relaxed, so they are sorted here
+        rows = self._fetch("SELECT * FROM nl.history_near($1::vector, $2)", [vector, k])
+        near = [_retrieved(row) for row in rows]
+        return sorted(near, key=lambda r: (-r.similarity, r.statement))
 
     def for_question(
         self, question: str, settings: AmbiguitySettings, *, llm: bool

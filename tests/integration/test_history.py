@@ -179,6 +179,57 @@ def test_a_role_retrieves_only_the_records_it_may_read(
     assert len(statements(admin)) == 4  # the owner reads them all
 
 
+def test_a_role_that_may_read_few_of_a_large_history_gets_its_nearest_k(
+    admin: psycopg.Connection[Any], postgres: Postgres
+) -> None:
+    """5,000 records the registrar may not read (departments), 20 it may (students' cities):
+    the HNSW scan yields candidates before the policy's check, and goes on until 8 pass it."""
+    record = """
+        INSERT INTO nl.ambiguity (statement_hash, fingerprint, statement, source, table_oids,
+               column_oids, column_attnums, features, description, embedding)
+        SELECT md5(%(kind)s || g), md5(%(kind)s), %(statement)s || g, 'file',
+               ARRAY[%(table)s::regclass::oid], ARRAY[%(table)s::regclass::oid],
+               ARRAY[%(column)s]::smallint[], ARRAY['table ' || %(table)s], 'in words',
+               (SELECT array_agg(random() - 0.5)::vector(384)
+                  FROM generate_series(1, 384) WHERE g > 0)
+          FROM generate_series(1, %(count)s) g
+    """
+    admin.execute(
+        record,
+        {
+            "kind": "d",
+            "statement": "SELECT name FROM departments WHERE id = ",
+            "table": "departments",
+            "column": 1,
+            "count": 5000,
+        },
+    )
+    admin.execute(
+        record,
+        {
+            "kind": "s",
+            "statement": "SELECT home_city FROM students WHERE id = ",
+            "table": "students",
+            "column": 1,
+            "count": 20,
+        },
+    )
+    dsn = postgres.server.dsn(DB, user="pgnl_registrar", password="registrar")
+    with psycopg.connect(dsn) as conn:
+        conn.read_only = True
+        plan = conn.execute(
+            "EXPLAIN SELECT statement FROM nl.ambiguity ORDER BY embedding <=> %s::vector LIMIT 8",
+            [str([0.01] * 384)],
+        ).fetchall()
+        assert any("ambiguity_embedding" in row[0] for row in plan), plan  # the index is used
+        near = History(PsycopgDatabase(conn), load_embedder(), timeout_s=5).near(
+            "which city does each student come from?", 8
+        )
+    assert len(near) == 8
+    assert all(r.statement.startswith("SELECT home_city FROM students") for r in near)
+    assert [r.similarity for r in near] == sorted((r.similarity for r in near), reverse=True)
+
+
 def llm_answer(
     university: str, llm_server: ScriptedLLM, question: str, **ambiguity: object
 ) -> Answer:
