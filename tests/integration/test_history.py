@@ -214,6 +214,7 @@ def test_a_role_that_may_read_few_of_a_large_history_gets_its_nearest_k(
             "count": 20,
         },
     )
+    admin.execute("ANALYZE nl.ambiguity")  # the plan below from statistics, not from timing
     dsn = postgres.server.dsn(DB, user="pgnl_registrar", password="registrar")
     with psycopg.connect(dsn) as conn:
         conn.read_only = True
