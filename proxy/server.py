@@ -127,18 +127,13 @@ def _unread(transport: asyncio.BaseTransport, limit: int = 1 << 20) -> bytes:
     if sock is None:
         return b""
     chunks: list[bytes] = []
-    try:
-        with socket.socket(fileno=os.dup(sock.fileno())) as dup:
-            dup.setblocking(False)
-            size = 0
-            while size < limit:
-                chunk = dup.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-    except OSError:  # nothing more (EAGAIN), the reset itself, or the fd already gone
-        pass
+    # OSError ends it: nothing more (EAGAIN), the reset itself, or the fd already gone
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(sock.fileno())) as dup:
+        dup.setblocking(False)
+        size = 0
+        while size < limit and (chunk := dup.recv(65536)):
+            chunks.append(chunk)
+            size += len(chunk)
     return b"".join(chunks)
 
 
