@@ -10,17 +10,19 @@ exactly as it was, writable if it was. The proxy's errors are raised with the sa
 message, detail and hint. An index refresh writes nl.value_index in the caller's transaction,
 each of the build's transactions a subtransaction (`remote.RemoteIndexConnection`).
 
-While the worker thinks, the backend checks for a cancel (statement_timeout, pg_cancel_backend,
-Ctrl-C) every `POLL_S`; a cancelled call stops its worker, and the next call starts a new one.
+While it waits on the worker, reading or writing, the backend checks for a cancel
+(statement_timeout, pg_cancel_backend, Ctrl-C) every `channel.POLL_S`; a cancelled call stops
+its worker, and the next call starts a new one. The worker runs in a session of its own: a
+statement timeout and pg_cancel_backend signal the backend's whole process group, and a SIGINT
+reaching the worker half-way through a message would leave the two ends out of step.
 """
 
 from __future__ import annotations
 
 import os
-import select
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
@@ -35,8 +37,6 @@ PROHIBITED_STATEMENT = "2F003"
 INTERNAL_ERROR = "XX000"
 INVALID_SCHEMA_NAME = "3F000"
 READ_ONLY_SQL_TRANSACTION = "25006"
-POLL_S = 0.2
-"""How often a backend waiting for its worker checks whether the call was cancelled."""
 
 # The worker's start: the folders of nl.plpython_path first (pgnl's own installation, which the
 # server's Python may run when it is the same Python version), then that Python's own.
@@ -86,31 +86,35 @@ def _stop_worker() -> None:
         process.wait()
 
 
-def _receive(plpy: Plpy, worker: subprocess.Popen[bytes]) -> tuple[Any, ...]:
-    """The worker's next message; meanwhile a cancel of the call ends the wait (and the worker)."""
-    assert worker.stdout is not None
-    fd = worker.stdout.fileno()
-    while True:
-        readable, _, _ = select.select([fd], [], [], POLL_S)
-        if readable:
-            try:
-                return receive(fd)
-            except EOFError:
-                code = worker.wait()
-                _stop_worker()
-                raise_error(
-                    plpy,
-                    AnswerError(
-                        MODELS_UNAVAILABLE,
-                        f"pgnl's worker ended (exit code {code})",
-                        hint="The server's log says why; the next call starts a new one.",
-                    ),
-                )
+def _cancel_point(plpy: Plpy) -> Callable[[], None]:
+    """The channel's `idle` for this call: a cancelled call raises there, and stops the worker."""
+
+    def idle() -> None:
         try:
             plpy.execute("SELECT 1")  # raises here when the call was cancelled
         except BaseException:
             _stop_worker()
             raise
+
+    return idle
+
+
+def _receive(plpy: Plpy, worker: subprocess.Popen[bytes]) -> tuple[Any, ...]:
+    """The worker's next message; meanwhile a cancel of the call ends the wait (and the worker)."""
+    assert worker.stdout is not None
+    try:
+        return receive(worker.stdout.fileno(), _cancel_point(plpy))
+    except EOFError:
+        code = worker.wait()
+        _stop_worker()
+        raise_error(
+            plpy,
+            AnswerError(
+                MODELS_UNAVAILABLE,
+                f"pgnl's worker ended (exit code {code})",
+                hint="The server's log says why; the next call starts a new one.",
+            ),
+        )
 
 
 def worker(plpy: Plpy) -> tuple[subprocess.Popen[bytes], str]:
@@ -131,7 +135,11 @@ def worker(plpy: Plpy) -> tuple[subprocess.Popen[bytes], str]:
     environment = dict(os.environ, PGNL_SITE_DIRS=os.pathsep.join(folders))
     try:
         process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=environment,
+            start_new_session=True,  # out of reach of the signals sent to the backend's group
         )
     except OSError as exc:
         raise_error(
@@ -142,6 +150,9 @@ def worker(plpy: Plpy) -> tuple[subprocess.Popen[bytes], str]:
                 hint="Run pgnl migrate again with the pgnl the server's account may run.",
             ),
         )
+    assert process.stdin is not None and process.stdout is not None
+    os.set_blocking(process.stdin.fileno(), False)  # the channel waits in select, cancellable
+    os.set_blocking(process.stdout.fileno(), False)
     _WORKER.process = process
     first = _receive(plpy, process)
     if first[0] != "ready":
@@ -242,11 +253,12 @@ def _serve(plpy: Plpy, request: tuple[Any, ...]) -> tuple[Any, ...]:
     process, _ = worker(plpy)
     assert process.stdin is not None
     channel = process.stdin.fileno()
+    idle = _cancel_point(plpy)
     db = PlpyDatabase(plpy)
     subtransactions = _Subtransactions(plpy)
     finished = False  # the worker is done with this request
     try:
-        send(channel, request)
+        send(channel, request, idle)
         while True:
             message = _receive(plpy, process)
             if message[0] in ("answered", "refreshed"):
@@ -263,9 +275,9 @@ def _serve(plpy: Plpy, request: tuple[Any, ...]) -> tuple[Any, ...]:
             except Cancelled as exc:
                 raise exc.error from None
             except plpy.SPIError as exc:
-                send(channel, ("error", getattr(exc, "sqlstate", None), str(exc)))
+                send(channel, ("error", getattr(exc, "sqlstate", None), str(exc)), idle)
             else:
-                send(channel, reply)
+                send(channel, reply, idle)
     except BaseException:
         if not finished:  # it may still be working, out of step with the next call
             _stop_worker()

@@ -222,9 +222,10 @@ def test_psql_shows_the_summary(demo: str) -> None:
 def test_a_cancelled_refresh_writes_nothing_and_leaves_the_backend_usable(demo: str) -> None:
     with psycopg.connect(demo, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA big")
+        # four columns of 5,000 values ([index] max_distinct_per_column): a build of seconds
         conn.execute(
-            "CREATE TABLE big.harbours AS SELECT 'Harbour ' || i AS name "
-            "FROM generate_series(1, 5000) AS i"
+            "CREATE TABLE big.harbours AS SELECT 'Harbour ' || i AS name, 'Quay ' || i AS quay, "
+            "'Pier ' || i AS pier, 'Dock ' || i AS dock FROM generate_series(1, 5000) AS i"
         )
         try:
             conn.execute("SELECT nl.pgnl_import()")  # the worker is up: the timeout hits the build

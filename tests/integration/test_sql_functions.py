@@ -6,14 +6,17 @@ Pins: answers on the demo database checked against hand-written SQL; errors with
 SQLSTATE, message and hint (and no PL/Python traceback); a role without SELECT on a column gets
 none of its values, and row-level security holds; a call between two writes leaves the
 transaction writable, and one in a read-only transaction leaves it read-only; a cancelled call
-(statement_timeout, pg_cancel_backend) leaves the backend usable; a question that tries to break
+(statement_timeout, pg_cancel_backend) leaves the backend usable, and the signals sent to the
+backend's process group do not reach its worker; a question that tries to break
 out of its string changes nothing; a server Python that cannot import pgnl is told what to do.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -226,6 +229,41 @@ def test_a_cancelled_call_leaves_the_backend_usable(demo: str) -> None:
         assert asked(user, NEW_YORK) == rows_of(
             user, "SELECT count(*) FROM students WHERE home_city = 'New York'"
         )
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_the_signals_sent_to_the_backends_group_do_not_reach_its_worker(demo: str) -> None:
+    # A statement timeout and pg_cancel_backend signal the backend's whole process group: a
+    # worker there got SIGINT half-way through a message, and the backend then waited for the
+    # rest of it for ever.
+    with psycopg.connect(demo, autocommit=True) as user:
+        user.execute("SELECT nl.pgnl_import()")
+        backend = user.info.backend_pid
+        (worker,) = _children(backend)
+        assert os.getpgid(worker) != os.getpgid(backend)
+        try:
+            os.killpg(os.getpgid(backend), signal.SIGINT)
+        except PermissionError:
+            pytest.skip("the tests may not signal the server's processes")
+        time.sleep(1)
+        assert _children(backend) == [worker]
+        assert asked(user, NEW_YORK) == rows_of(
+            user, "SELECT count(*) FROM students WHERE home_city = 'New York'"
+        )
+        assert _children(backend) == [worker]  # the same worker answered
 
 
 @pytest.mark.parametrize(
