@@ -548,14 +548,6 @@ class AmbiguitySettings:
             "question, or its statement in words, must be to the question to be shown."
         ),
     )
-    history_close_similarity: float = field(
-        default=1.0,
-        metadata=_doc(
-            "With history_examples_by = frequent: the statements of retrieved records at least "
-            "this close (cosine, 0 to 1) to the question are shown too, after it (read anew "
-            "for that question only). 1: none."
-        ),
-    )
     history_margin: float = field(
         default=0.1,
         metadata=_doc(

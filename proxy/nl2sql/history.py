@@ -221,19 +221,15 @@ class History:
         self, question: str, settings: AmbiguitySettings, *, llm: bool
     ) -> tuple[list[Retrieved], Examples]:
         """The records nearest `question` ([ambiguity] history_records), and the statements
-        the LLM is shown (history_examples of them, chosen by history_examples_by, and with
-        `frequent` those of records at least history_close_similarity close; none without an
-        LLM or a history)."""
+        the LLM is shown (history_examples of them, chosen by history_examples_by; none
+        without an LLM or a history)."""
         near = self.near(question, settings.history_records)
-        count = settings.history_examples
-        if not near or not llm or count <= 0:
+        if not near or not llm or settings.history_examples <= 0:
             return near, NO_EXAMPLES
         if settings.history_examples_by == NEAREST:
-            shown = examples(near, count, settings.history_min_similarity)
-            return near, Examples(nearest=tuple(shown))
-        frequent = tuple(self.frequent(count))
-        close = examples(near, count, settings.history_close_similarity)
-        return near, Examples(frequent, tuple(s for s in close if s not in frequent))
+            shown = examples(near, settings.history_examples, settings.history_min_similarity)
+            return near, Examples(tuple(shown))
+        return near, Examples(tuple(self.frequent(settings.history_examples)), first=True)
 
     def frequent(self, k: int) -> list[str]:
         """The `k` statements run most often (that the role may read), the same for every

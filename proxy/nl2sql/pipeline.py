@@ -266,8 +266,8 @@ class _Run:
         if near:  # a database without a history has no row for it in the trace
             with self.trace.stage("history", since=started) as step:
                 step.outcome = f"{len(near)} records, the nearest {near[0].similarity:.2f} close"
-                if shown.count:
-                    step.outcome += f"; {shown.count} shown to the LLM"
+                if shown.statements:
+                    step.outcome += f"; {len(shown.statements)} shown to the LLM"
                 step.note = one_line(near[0].statement, 200)
         return near, shown
 

@@ -289,35 +289,6 @@ def test_the_pipeline_retrieves_the_history_and_shows_the_llm_its_statements(
     assert "<query_history>" not in llm_server.requests[before].content("user")
 
 
-def test_a_close_record_is_shown_after_the_question_beside_the_most_run(
-    admin: psycopg.Connection[Any], university: str, llm_server: ScriptedLLM
-) -> None:
-    learn(admin, load_embedder(), sources=(), files=[LOG, CITIES, CITIES], progress=False)
-    grades = "SELECT count(*) FROM enrollments WHERE grade = 'A'"
-    question = "how many enrollments have the grade a?"
-    llm_server.script(grades, then=grades)
-    before = len(llm_server.requests)
-    llm_answer(university, llm_server, question)  # history_close_similarity 1: none
-    prompt = llm_server.requests[before].content("user")
-    assert prompt.count("<query_history>") == 1
-    assert history_block(prompt).strip() == f'"{CITIES}"'  # the most run, beside the schema
-    before = len(llm_server.requests)
-    answer = llm_answer(university, llm_server, question, history_close_similarity=0.5)
-    prompt = llm_server.requests[before].content("user")
-    assert prompt.count("<query_history>") == 2
-    head, tail = prompt.split("<question>")
-    assert history_block(head).strip() == f'"{CITIES}"'
-    assert history_block(tail).strip() == f'"{grades}"'  # the nearest, after the question
-    history = next(r for r in answer.trace if r.stage == "history")
-    assert history.outcome.endswith("; 2 shown to the LLM")
-    # a close record that is also the most run is shown once, beside the schema
-    before = len(llm_server.requests)
-    llm_answer(
-        university, llm_server, "which students come from boston?", history_close_similarity=0.5
-    )
-    assert llm_server.requests[before].content("user").count("<query_history>") == 1
-
-
 def test_pgnl_learn_from_the_command_line(
     admin: psycopg.Connection[Any], university: str, tmp_path: Any
 ) -> None:
