@@ -1,5 +1,5 @@
 """How well the question embedder tells a paraphrase of the same query from another question
-of the same database: what `[ambiguity] history_close_similarity` can separate.
+of the same database: what a threshold on the similarity of a query history record can separate.
 
     python -m benchmarks.paraphrase_similarity [--split train] [--thresholds 0.7 0.8 0.9]
 
