@@ -7,8 +7,8 @@ SQLSTATE, message and hint (and no PL/Python traceback); a role without SELECT o
 none of its values, and row-level security holds; a call between two writes leaves the
 transaction writable, and one in a read-only transaction leaves it read-only; a cancelled call
 (statement_timeout, pg_cancel_backend) leaves the backend usable, and the signals sent to the
-backend's process group do not reach its worker; a question that tries to break
-out of its string changes nothing; a server Python that cannot import pgnl is told what to do.
+backend's process group do not reach its worker; a question that tries to break out of its
+string changes nothing; a server Python that cannot import pgnl is told what to do.
 """
 
 from __future__ import annotations
