@@ -224,9 +224,9 @@ ALONE_SETTINGS = {
     "PGNL_AMBIGUITY_ENABLED": "false",
 }
 """The "LLM alone" mode's settings: the LLM's own query, uncorrected and uncalibrated."""
-NEAREST_EXAMPLES = ", nearest examples"
-"""The name's ending of a mode run with PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY=nearest
-(`--nearest-examples`)."""
+FREQUENT_EXAMPLES = ", frequent examples"
+"""The name's ending of a mode run with PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY=frequent
+(`--frequent-examples`)."""
 NO_AMBIGUITY = ", no ambiguity stage"
 """The name's ending of a mode run with PGNL_AMBIGUITY_ENABLED=false and
 PGNL_AMBIGUITY_HISTORY_RECORDS=0 (`--without-ambiguity`): no ambiguity stage, no query
@@ -644,7 +644,7 @@ class ModeSpec:
     model: str = ""
     timeout_s: float = TIMEOUT_S
     ambiguity: bool = True  # False: PGNL_AMBIGUITY_ENABLED=false
-    nearest_examples: bool = False  # True: PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY=nearest
+    frequent_examples: bool = False  # True: PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY=frequent
 
     @property
     def embedded(self) -> bool:
@@ -684,8 +684,8 @@ def mode_environment(spec: ModeSpec, environ: Mapping[str, str]) -> dict[str, st
     if not spec.ambiguity:
         env["PGNL_AMBIGUITY_ENABLED"] = "false"
         env["PGNL_AMBIGUITY_HISTORY_RECORDS"] = "0"
-    if spec.nearest_examples:
-        env["PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY"] = "nearest"
+    if spec.frequent_examples:
+        env["PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY"] = "frequent"
     return env
 
 
@@ -697,13 +697,14 @@ def mode_specs(
     timeout_s: float = TIMEOUT_S,
     llm_timeout_s: float = LLM_TIMEOUT_S,
     without_ambiguity: bool = False,
-    nearest_examples: bool = False,
+    frequent_examples: bool = False,
 ) -> list[ModeSpec]:
     """The modes of a run, in the report's order: PLM-only, LLM (when PGNL_LLM_BASE_URL is
     set), then for each model "LLM alone" and "full" (those of `kinds`); with
     `without_ambiguity`, PLM-only and each full mode followed by its twin without the
-    ambiguity stage; with `nearest_examples`, each full mode followed by its twin that shows
-    the LLM the history's statements nearest the question."""
+    ambiguity stage; with `frequent_examples`, each full mode followed by its twin that shows
+    the LLM the history's most run statements (beside the schema) rather than those nearest
+    the question."""
     specs: list[ModeSpec] = []
     if PLM in kinds:
         specs.append(ModeSpec(PLM_ONLY, PLM, timeout_s=timeout_s))
@@ -719,14 +720,14 @@ def mode_specs(
             specs.append(ModeSpec(f"LLM alone {label}", ALONE, model, llm_timeout_s))
         if FULL in kinds:
             specs.append(ModeSpec(f"full {label}", FULL, model, llm_timeout_s))
-            if nearest_examples:
+            if frequent_examples:
                 specs.append(
                     ModeSpec(
-                        f"full {label}{NEAREST_EXAMPLES}",
+                        f"full {label}{FREQUENT_EXAMPLES}",
                         FULL,
                         model,
                         llm_timeout_s,
-                        nearest_examples=True,
+                        frequent_examples=True,
                     )
                 )
             if without_ambiguity:
@@ -743,10 +744,10 @@ def mode_specs(
 
 def describe(spec: ModeSpec, environ: Mapping[str, str]) -> str:
     """One line on what the mode's proxy does, from the settings it will read."""
-    if spec.nearest_examples:
+    if spec.frequent_examples:
         return (
-            _describe(spec, environ) + "; the LLM shown the history's statements nearest the "
-            "question (PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY=nearest)"
+            _describe(spec, environ) + "; the LLM shown the history's most run statements, "
+            "beside the schema (PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY=frequent)"
         )
     if not spec.ambiguity:
         return (
@@ -1860,7 +1861,7 @@ def report(run: Run) -> str:
 def twin_of(mode: str) -> str:
     """The name of the mode without the ambiguity stage and the history that `mode` is measured
     against (`--without-ambiguity`)."""
-    return mode.removesuffix(NEAREST_EXAMPLES) + NO_AMBIGUITY
+    return mode.removesuffix(FREQUENT_EXAMPLES) + NO_AMBIGUITY
 
 
 def _twin_table(run: Run) -> list[str]:
@@ -1997,7 +1998,7 @@ async def run_benchmark(args: argparse.Namespace, base: Path, stack: contextlib.
         timeout_s=args.timeout,
         llm_timeout_s=args.llm_timeout,
         without_ambiguity=args.without_ambiguity,
-        nearest_examples=args.nearest_examples,
+        frequent_examples=args.frequent_examples,
     )
     if not specs:
         raise BenchError("no mode to run (check --modes, --llm and PGNL_LLM_BASE_URL)")
@@ -2242,11 +2243,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(the records are found by their words)",
     )
     parser.add_argument(
-        "--nearest-examples",
+        "--frequent-examples",
         action="store_true",
-        help="beside each full mode, the same showing the LLM the query history's statements "
-        "nearest the question rather than the most run (PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY="
-        "nearest), side by side",
+        help="beside each full mode, the same showing the LLM the query history's most run "
+        "statements rather than those nearest the question (PGNL_AMBIGUITY_HISTORY_EXAMPLES_BY="
+        "frequent), side by side",
     )
     parser.add_argument(
         "--no-query-log",

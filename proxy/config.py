@@ -533,12 +533,13 @@ class AmbiguitySettings:
         ),
     )
     history_examples_by: str = field(
-        default="frequent",
+        default="nearest",
         metadata=_doc(
+            "nearest: the statements of the retrieved records nearest the question, after it "
+            "(read anew for each question: their tokens cost about a second on a CPU); "
             "frequent: the database's most run statements (the role may read), the same for "
-            "every question, so they sit beside the schema in the part of the prompt the LLM "
-            "server keeps cached; nearest: the retrieved records nearest the question, after "
-            "it (more to the point, but read anew for each question: seconds more on a CPU)."
+            "every question, beside the schema in the part of the prompt the LLM server keeps "
+            "cached (no extra time, but seldom the query asked for)."
         ),
     )
     history_min_similarity: float = field(

@@ -267,20 +267,20 @@ def test_the_pipeline_retrieves_the_history_and_shows_the_llm_its_statements(
     assert history.outcome.startswith("3 records, the nearest 0.")
     assert history.outcome.endswith("; 2 shown to the LLM")
     assert history.calibration == CITIES  # the nearest: students and a city
-    # by default the most run statements, beside the schema, before the question: the same
-    # for every question, so in the part of the prompt the LLM server keeps cached
+    # by default the statements nearest the question, after it, the nearest first
     prompt = llm_server.requests[0].content("user")
-    assert prompt.index("</schema>") < prompt.index("<query_history>") < prompt.index("<question>")
+    assert prompt.index("<question>") < prompt.index("<query_history>")
     block = history_block(prompt)
-    assert block.index(f'"{CITIES}"') >= 0  # one JSON string a statement; run three times
+    assert block.lstrip("\n").startswith(f'"{CITIES}"')  # one JSON string a statement
     assert block.count('\n"') == 2
     assert "<query_history>" in llm_server.requests[0].content("system")  # untrusted text
-    # the nearest instead: after the question, the nearest first
+    # the most run instead: beside the schema, before the question, the same for every
+    # question, so in the part of the prompt the LLM server keeps cached
     before = len(llm_server.requests)
-    llm_answer(university, llm_server, question, history_examples_by="nearest")
+    llm_answer(university, llm_server, question, history_examples_by="frequent")
     prompt = llm_server.requests[before].content("user")
-    assert prompt.index("<question>") < prompt.index("<query_history>")
-    assert history_block(prompt).lstrip("\n").startswith(f'"{CITIES}"')
+    assert prompt.index("</schema>") < prompt.index("<query_history>") < prompt.index("<question>")
+    assert history_block(prompt).lstrip("\n").startswith(f'"{CITIES}"')  # run twice
     # without a history: no retrieval, no row in the trace, no block
     admin.execute("DELETE FROM nl.ambiguity")
     before = len(llm_server.requests)

@@ -474,30 +474,30 @@ def test_mode_environment() -> None:
         model_environment("qwen-9000")
 
 
-def test_the_twin_modes_without_the_stage_and_with_the_nearest_examples() -> None:
+def test_the_twin_modes_without_the_stage_and_with_the_frequent_examples() -> None:
     specs = mode_specs(
         ["plm", "full"],
         ["qwen2.5-coder-1.5b"],
         {},
         without_ambiguity=True,
-        nearest_examples=True,
+        frequent_examples=True,
     )
     assert [s.name for s in specs] == [
         "PLM-only",
         "PLM-only, no ambiguity stage",
         "full qwen2.5-coder-1.5b",
-        "full qwen2.5-coder-1.5b, nearest examples",
+        "full qwen2.5-coder-1.5b, frequent examples",
         "full qwen2.5-coder-1.5b, no ambiguity stage",
     ]
-    plm, bare, full, nearest, without = (
+    plm, bare, full, frequent, without = (
         config.load(environ=mode_environment(s, {})) for s in specs
     )
     assert plm.ambiguity.enabled and plm.ambiguity.history_records > 0
     # without the stage is without the query history too
     assert not bare.ambiguity.enabled and bare.ambiguity.history_records == 0
     assert not without.ambiguity.enabled and without.ambiguity.history_records == 0
-    assert full.ambiguity.history_examples_by == "frequent"
-    assert nearest.ambiguity.history_examples_by == "nearest"
+    assert full.ambiguity.history_examples_by == "nearest"  # the default
+    assert frequent.ambiguity.history_examples_by == "frequent"
 
 
 def test_child_process_and_its_memory(tmp_path: Path) -> None:
