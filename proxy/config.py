@@ -536,7 +536,7 @@ class AmbiguitySettings:
         default="nearest",
         metadata=_doc(
             "nearest: the statements of the retrieved records nearest the question, after it "
-            "(read anew for each question: their tokens cost about a second on a CPU); "
+            "(read anew for each question: more time a question on a CPU); "
             "frequent: the database's most run statements (the role may read), the same for "
             "every question, beside the schema in the part of the prompt the LLM server keeps "
             "cached (no extra time, but seldom the query asked for)."
