@@ -241,7 +241,8 @@ def _question_prompt(
     if examples.statements and not examples.first:
         parts += [
             "",
-            "Queries from the query history, the nearest first:",
+            "Queries from the query history, the nearest first (examples, not necessarily "
+            "the answer):",
             _history_block(examples),
         ]
     return parts
